@@ -1,0 +1,77 @@
+"""Every key of an electra_jax pre-training run, with its default.
+
+Scale configs (`small.py`, `base.py`, `large.py`, `tiny.py`) start from this one and override a dozen keys.
+Any key can be overridden on the command line: `--config.optimizer.learning_rate=1e-3`.
+"""
+
+import ml_collections
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.seed = 0  # Seeds initialisation, masking, sampling, dropout and data order.
+  config.train_steps = 1000  # Total optimiser steps; the learning rate decays to 0 at this step.
+  config.batch_size = 128  # Global batch (sequences per step, over all devices and hosts).
+  config.log_every = 50  # Steps between metrics lines in WORKDIR/metrics.jsonl and TensorBoard.
+  config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
+  config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.
+
+  config.model = ml_collections.ConfigDict()
+  config.model.vocab_size = 0  # 0: take it from the tokenizer.
+  config.model.embedding_size = 128  # E: width of the shared token embeddings.
+  config.model.hidden_size = 256  # H: discriminator width.
+  config.model.num_layers = 12  # Discriminator depth.
+  config.model.num_heads = 4  # Discriminator attention heads (H / 64 in the paper).
+  config.model.intermediate_size = 1024  # Discriminator feed-forward width (4 H).
+  config.model.generator_hidden_fraction = 0.25  # Generator width as a fraction of H (heads = width // 64).
+  config.model.generator_layers_fraction = 1.0  # Generator depth as a fraction of the discriminator's.
+  config.model.max_position_embeddings = 512  # Longest sequence the position table covers.
+  config.model.type_vocab_size = 2  # Segment ids (A/B).
+  config.model.dropout_rate = 0.1  # Hidden-state dropout.
+  config.model.attention_dropout_rate = 0.1  # Dropout on attention probabilities.
+  config.model.initializer_range = 0.02  # Std of the truncated-normal initialiser.
+  config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
+  config.model.dtype = 'float32'  # Activation/matmul dtype: 'float32' or 'bfloat16' (params stay fp32).
+  config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
+
+  config.objective = ml_collections.ConfigDict()
+  config.objective.mask_prob = 0.15  # Fraction of tokens selected for prediction.
+  config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
+  config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].
+  config.objective.random_token_prob = 0.0  # Selected positions replaced by a random token (BERT: 0.1).
+  config.objective.temperature = 1.0  # Generator sampling temperature.
+  config.objective.gen_weight = 1.0  # Weight of the generator MLM loss.
+  config.objective.disc_weight = 50.0  # Weight of the discriminator loss (lambda in the paper).
+  config.objective.disallow_correct = False  # Never sample the original token.
+  config.objective.uniform_generator = False  # Replace the generator by uniform sampling (ablation).
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.learning_rate = 5e-4  # Peak learning rate.
+  config.optimizer.warmup_steps = 10000  # Linear warm-up steps (overlapping the linear decay).
+  config.optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-6
+  config.optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
+  config.optimizer.bias_correction = False  # The official ELECTRA Adam has none.
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = ''  # Text files (glob, directory, .gz ok); '': the quickstart corpus in the package.
+  config.data.tokenizer = ''  # A SentencePiece .model; '': train one on the source (cached).
+  config.data.vocab_size = 8000  # Size of a tokenizer trained here.
+  config.data.lowercase = True  # Lower-case text before tokenizing (uncased model).
+  config.data.max_seq_length = 128  # Tokens per example, [CLS]/[SEP] included.
+  config.data.cache_dir = ''  # Tokenizer and packed-data cache; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.shape = (-1, 1, 1)  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.
+  # Logical axis -> mesh axes. Parameters and the batch carry the logical names on the left.
+  config.mesh.rules = (
+      ('batch', ('data', 'fsdp')),
+      ('vocab', 'tensor'),
+      ('heads', 'tensor'),
+      ('mlp', 'tensor'),
+      ('embed', 'fsdp'),
+      ('token_embed', None),
+  )
+  return config

@@ -1,0 +1,152 @@
+"""Frozen, typed views of the ml_collections config: jitted code never sees a ConfigDict.
+
+Each dataclass mirrors one sub-dict of `configs/default.py`; `from_dict` refuses keys it does not know, so a typo
+in a config file is one clear error rather than a silently ignored setting.
+"""
+
+import dataclasses
+from typing import Any, Mapping, TypeVar
+
+T = TypeVar('T')
+
+
+class ConfigError(ValueError):
+  """A configuration the user must fix; the message says how."""
+
+
+def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived) -> T:
+  """Builds dataclass `cls` from `values`, rejecting unknown keys and mistyped values."""
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  unknown = sorted(set(values) - set(fields))
+  if unknown:
+    raise ConfigError(f'unknown config key(s) {", ".join(where + "." + k for k in unknown)}; '
+                      f'the keys of {where} are: {", ".join(sorted(set(fields) - set(derived)))}')
+  kwargs = dict(derived)
+  for name, value in values.items():
+    expected = type(fields[name].default) if fields[name].default is not dataclasses.MISSING else None
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+      value = float(value)
+    if expected in (int, float, bool, str) and not isinstance(value, expected):
+      raise ConfigError(f'config key {where}.{name} must be {expected.__name__}, got {value!r}')
+    kwargs[name] = value
+  return cls(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Sizes of the shared embeddings and of the two Transformer towers."""
+  vocab_size: int = 0
+  embedding_size: int = 128
+  hidden_size: int = 256
+  num_layers: int = 12
+  num_heads: int = 4
+  intermediate_size: int = 1024
+  generator_hidden_fraction: float = 0.25
+  generator_layers_fraction: float = 1.0
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+  dtype: str = 'float32'
+  remat: bool = False
+
+  def __post_init__(self):
+    if self.dtype not in ('float32', 'bfloat16'):
+      raise ConfigError(f"model.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+    if self.hidden_size % self.num_heads:
+      raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
+
+  def tower(self, generator: bool) -> 'TowerConfig':
+    """The encoder sizes of the discriminator, or of the generator (official `get_generator_config`)."""
+    if not generator:
+      return TowerConfig(self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+    hidden = int(round(self.hidden_size * self.generator_hidden_fraction))
+    return TowerConfig(hidden_size=hidden,
+                       num_layers=max(1, int(round(self.num_layers * self.generator_layers_fraction))),
+                       num_heads=max(1, hidden // 64),
+                       intermediate_size=4 * hidden)
+
+
+@dataclasses.dataclass(frozen=True)
+class TowerConfig:
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+  """Masking, sampling and loss weights of replaced-token detection."""
+  mask_prob: float = 0.15
+  max_predictions: int = 0
+  mask_token_prob: float = 0.85
+  random_token_prob: float = 0.0
+  temperature: float = 1.0
+  gen_weight: float = 1.0
+  disc_weight: float = 50.0
+  disallow_correct: bool = False
+  uniform_generator: bool = False
+
+  def __post_init__(self):
+    if not 0 < self.mask_prob < 1:
+      raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
+    if self.mask_token_prob + self.random_token_prob > 1:
+      raise ConfigError('objective.mask_token_prob + objective.random_token_prob must be at most 1')
+
+  def num_predictions(self, seq_length: int) -> int:
+    """Selected positions per sequence: int((mask_prob + 0.005) * L), as in the official code."""
+    return self.max_predictions or int((self.mask_prob + 0.005) * seq_length)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  learning_rate: float = 5e-4
+  warmup_steps: int = 10000
+  weight_decay: float = 0.01
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-6
+  clip_norm: float = 1.0
+  bias_correction: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Top-level run settings plus the typed sub-configs."""
+  seed: int = 0
+  train_steps: int = 1000
+  batch_size: int = 128
+  log_every: int = 50
+  checkpoint_every: int = 1000
+  keep_checkpoints: int = 3
+  model: ModelConfig = ModelConfig()
+  objective: ObjectiveConfig = ObjectiveConfig()
+  optimizer: OptimizerConfig = OptimizerConfig()
+  data: Any = None  # a DataConfig (electra_jax.data)
+  mesh: Any = None  # a MeshConfig (electra_jax.sharding)
+
+  def __post_init__(self):
+    for name in ('train_steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints'):
+      if getattr(self, name) <= 0:
+        raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
+
+
+def load(config, vocab_size: int | None = None) -> TrainConfig:
+  """Turns a ConfigDict (or nested dict) into a validated TrainConfig.
+
+  `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0.
+  """
+  from electra_jax import data, sharding  # pylint: disable=g-import-not-at-top  (they import this module)
+  values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  sub = {'model': ModelConfig, 'objective': ObjectiveConfig, 'optimizer': OptimizerConfig,
+         'data': data.DataConfig, 'mesh': sharding.MeshConfig}
+  parts = {}
+  for name, cls in sub.items():
+    part = dict(values.pop(name, {}))
+    if name == 'model' and vocab_size and not part.get('vocab_size'):
+      part['vocab_size'] = vocab_size
+    parts[name] = from_dict(cls, part, where=name)
+  return from_dict(TrainConfig, values, where='config', **parts)

@@ -1,0 +1,83 @@
+"""Packing tokenized documents into ELECTRA pre-training examples, as the official builder does.
+
+Sentences accumulate until a target length; a document end flushes a shorter example. With p=0.1 everything
+is segment A; otherwise A takes about (target - 3) // 2 tokens and the rest is B. Layout [CLS] A [SEP] B [SEP]
+with segment ids 0/1, zero-padded. With p=0.05 the next example's target is uniform in [5, max_length].
+One deviation: a sentence longer than max_length - 3 is split into pieces first, so no token is dropped.
+"""
+
+import random
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from electra_jax.masking import SpecialIds
+
+
+class ExampleBuilder:
+  """Turns sentences (lists of token ids) into fixed-length examples; `rng` makes it deterministic."""
+
+  def __init__(self, special: SpecialIds, max_length: int, rng: random.Random):
+    if max_length < 8:
+      raise ValueError(f'max_length must be at least 8, got {max_length}')
+    self.special = special
+    self.max_length = max_length
+    self.rng = rng
+    self.sentences: list[list[int]] = []
+    self.length = 0
+    self.target = max_length
+
+  def add_sentence(self, ids: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Adds one sentence; yields the examples that became full."""
+    piece = self.max_length - 3
+    for start in range(0, len(ids), piece):
+      self.sentences.append(ids[start:start + piece])
+      self.length += len(self.sentences[-1])
+      if self.length >= self.target:
+        yield self._flush()
+
+  def end_document(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    if self.sentences:
+      yield self._flush()
+
+  def _flush(self) -> tuple[np.ndarray, np.ndarray]:
+    first_target = 10**9 if self.rng.random() < 0.1 else (self.target - 3) // 2
+    first, second = [], []
+    for sentence in self.sentences:
+      # A sentence joins segment A while A is empty or stays under its target; the sentence that would cross
+      # the target still joins A half of the time if B has not started.
+      if (not first or len(first) + len(sentence) < first_target
+          or (not second and len(first) < first_target and self.rng.random() < 0.5)):
+        first += sentence
+      else:
+        second += sentence
+    first = first[:self.max_length - 2]
+    second = second[:max(0, self.max_length - len(first) - 3)]
+    self.sentences, self.length = [], 0
+    self.target = self.rng.randint(5, self.max_length) if self.rng.random() < 0.05 else self.max_length
+    return self._layout(first, second)
+
+  def _layout(self, first, second) -> tuple[np.ndarray, np.ndarray]:
+    s = self.special
+    ids = [s.cls] + first + [s.sep] + (second + [s.sep] if second else [])
+    segments = [0] * (len(first) + 2) + [1] * (len(second) + 1 if second else 0)
+    input_ids = np.full(self.max_length, s.pad, np.int32)
+    segment_ids = np.zeros(self.max_length, np.int32)
+    input_ids[:len(ids)] = ids
+    segment_ids[:len(segments)] = segments
+    return input_ids, segment_ids
+
+
+def pack_documents(documents: Iterable[list[list[int]]], special: SpecialIds, max_length: int,
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """Packs tokenized documents into (input_ids, segment_ids), each [num_examples, max_length] int32."""
+  builder = ExampleBuilder(special, max_length, random.Random(seed))
+  examples = []
+  for document in documents:
+    for sentence in document:
+      examples.extend(builder.add_sentence(sentence))
+    examples.extend(builder.end_document())
+  if not examples:
+    return np.zeros((0, max_length), np.int32), np.zeros((0, max_length), np.int32)
+  input_ids, segment_ids = zip(*examples)
+  return np.stack(input_ids), np.stack(segment_ids)

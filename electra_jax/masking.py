@@ -1,0 +1,65 @@
+"""Dynamic masking: choose the positions the generator must predict, freshly for every batch.
+
+Official ELECTRA (pretrain_helpers.mask): per sequence n = max(1, min(P, round(#tokens * mask_prob))) positions
+are drawn among the real tokens that are not [CLS]/[SEP]/[MASK]; 85% of them are shown as [MASK] and 15% keep
+their token (no random replacement unless `random_token_prob` > 0, as BERT does).
+"""
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+  """Token ids the model treats specially; the tokenizer defines them."""
+  pad: int
+  cls: int
+  sep: int
+  mask: int
+  unk: int = -1
+
+  def never_masked(self) -> Sequence[int]:
+    return (self.pad, self.cls, self.sep, self.mask)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Masked:
+  """Output of `mask_tokens`; P = max_predictions."""
+  input_ids: jax.Array  # [batch, length] what the generator sees
+  positions: jax.Array  # [batch, P] selected positions (sorted by draw, meaningless where weights == 0)
+  targets: jax.Array  # [batch, P] original tokens at `positions`
+  weights: jax.Array  # [batch, P] float32, 1 for a real selection, 0 for padding of the P slots
+
+
+def mask_tokens(rng, input_ids, input_mask, *, special: SpecialIds, mask_prob: float, max_predictions: int,
+                mask_token_prob: float = 0.85, random_token_prob: float = 0.0, vocab_size: int = 0) -> Masked:
+  """Selects and masks positions of `input_ids` [batch, length]; `input_mask` is 1 on real tokens."""
+  select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
+  candidate = (input_mask > 0) & ~jnp.isin(input_ids, jnp.asarray(special.never_masked()))
+  num_tokens = jnp.sum(input_mask > 0, axis=-1)
+  num_selected = jnp.clip(jnp.round(num_tokens * mask_prob).astype(jnp.int32), 1, max_predictions)
+
+  # Sampling without replacement: the top-P of uniform scores over candidates is a uniformly random subset.
+  scores = jnp.where(candidate, jax.random.uniform(select_rng, input_ids.shape), -1.0)
+  _, positions = jax.lax.top_k(scores, max_predictions)
+  is_candidate = jnp.take_along_axis(candidate, positions, axis=1)
+  weights = (jnp.arange(max_predictions)[None] < num_selected[:, None]) & is_candidate
+  targets = jnp.take_along_axis(input_ids, positions, axis=1)
+
+  u = jax.random.uniform(replace_rng, positions.shape)
+  shown = jnp.where(u < mask_token_prob, special.mask, targets)
+  if random_token_prob > 0:
+    random_tokens = jax.random.randint(random_rng, positions.shape, 0, vocab_size)
+    shown = jnp.where((u >= mask_token_prob) & (u < mask_token_prob + random_token_prob), random_tokens, shown)
+  masked_ids = scatter(input_ids, positions, jnp.where(weights, shown, targets))
+  return Masked(masked_ids, positions, targets, weights.astype(jnp.float32))
+
+
+def scatter(input_ids, positions, values):
+  """input_ids [batch, length] with `values` [batch, P] written at `positions` [batch, P]."""
+  rows = jnp.arange(input_ids.shape[0])[:, None]
+  return input_ids.at[rows, positions].set(values)

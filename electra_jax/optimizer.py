@@ -1,0 +1,68 @@
+"""The ELECTRA optimiser: Adam(W) with decoupled weight decay, global-norm clipping and warmup x linear decay."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from electra_jax.config import OptimizerConfig
+
+
+def learning_rate_schedule(config: OptimizerConfig, train_steps: int) -> optax.Schedule:
+  """lr * min(1, t / warmup) * (1 - t / T): warm-up and linear decay overlap, as in the official code."""
+  decay = optax.linear_schedule(config.learning_rate, 0.0, train_steps)
+
+  def schedule(step):
+    warmup = jnp.minimum(1.0, step / max(config.warmup_steps, 1))
+    return decay(step) * warmup
+  return schedule
+
+
+class ScaleByAdamState(NamedTuple):
+  mu: optax.Updates
+  nu: optax.Updates
+
+
+def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+  """Adam's update m / (sqrt(v) + eps) without bias correction, as ELECTRA's AdamWeightDecayOptimizer does.
+
+  optax.scale_by_adam always corrects the moments; this is the same transform with the correction removed.
+  """
+
+  def init(params):
+    zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
+    return ScaleByAdamState(jax.tree.map(zeros, params), jax.tree.map(zeros, params))
+
+  def update(updates, state, params=None):
+    del params
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+    updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+    return updates, ScaleByAdamState(mu, nu)
+  return optax.GradientTransformation(init, update)
+
+
+def decay_mask(params):
+  """True for parameters that get weight decay: everything but LayerNorm parameters and biases."""
+  def decays(path, _):
+    # Only dict keys name parameters (a boxed nn.Partitioned adds an attribute key after them).
+    names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return not ('LayerNorm' in names or names[-1] == 'bias')
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(config: OptimizerConfig, train_steps: int):
+  """Returns (optax transformation, learning-rate schedule)."""
+  schedule = learning_rate_schedule(config, train_steps)
+  if config.bias_correction:
+    adam = optax.scale_by_adam(config.b1, config.b2, config.eps)
+  else:
+    adam = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
+  tx = optax.chain(
+      optax.clip_by_global_norm(config.clip_norm),
+      adam,
+      optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
+      optax.scale_by_learning_rate(schedule),
+  )
+  return tx, schedule

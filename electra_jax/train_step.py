@@ -1,0 +1,104 @@
+"""The training state, its sharded initialisation, and the one jitted `train_step`.
+
+`train_step(state, batch, rng) -> (state, metrics)` is a pure function of its arguments; `Pretraining` closes
+it over the static pieces (model, optimiser, objective config) and compiles it once with explicit in/out
+shardings over the mesh and a donated state.
+"""
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from electra_jax import masking, objective, optimizer, sharding
+from electra_jax.config import ObjectiveConfig, TrainConfig
+from electra_jax.model import Electra
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: optimiser steps taken so far
+  params: Any
+  opt_state: Any
+
+
+def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.GradientTransformation,
+               schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds):
+  """One optimiser step on a batch {input_ids, segment_ids, input_mask} of [batch, length] int32 arrays.
+
+  `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, so
+  a resumed run draws exactly what an uninterrupted one would.
+  """
+  rng = jax.random.fold_in(rng, state.step)
+  apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
+  loss_fn = functools.partial(objective.electra_loss, apply_fn, batch=batch, rng=rng, config=config,
+                              special=special, vocab_size=model.config.vocab_size)
+  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  one = jnp.ones((), jnp.float32)
+  metrics['grad_norm'] = (optax.global_norm(grads), one)
+  metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
+  return TrainState(state.step + 1, params, opt_state), metrics
+
+
+@dataclasses.dataclass
+class Pretraining:
+  """Everything static about a run: model, optimiser, mesh, shardings and the compiled step."""
+  config: TrainConfig
+  special: masking.SpecialIds
+  mesh: jax.sharding.Mesh
+  model: Electra = dataclasses.field(init=False)
+  tx: optax.GradientTransformation = dataclasses.field(init=False)
+  schedule: optax.Schedule = dataclasses.field(init=False)
+  state_shardings: Any = dataclasses.field(init=False)
+  batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
+  step_fn: Callable[..., Any] = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    c = self.config
+    self.model = Electra(c.model)
+    self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
+    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
+        self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))
+    self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
+    step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
+                             config=c.objective, special=self.special)
+    replicated = sharding.replicated(self.mesh)
+    self.step_fn = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
+                           out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+
+  def _init_boxed(self, rng):
+    """A fresh TrainState whose leaves are still boxed with their logical axis names."""
+    length = self.config.data.max_seq_length
+    ids = jnp.zeros((1, length), jnp.int32)
+    positions = jnp.zeros((1, self.config.objective.num_predictions(length)), jnp.int32)
+    params = self.model.init(jax.random.wrap_key_data(rng), ids, ids, ids, positions)['params']
+    return TrainState(jnp.zeros((), jnp.int32), params, self.tx.init(params))
+
+  def init_state(self, rng) -> TrainState:
+    """Initialises the state directly into its shardings (no full copy on one host)."""
+    init = jax.jit(lambda r: nn.meta.unbox(self._init_boxed(r)), out_shardings=self.state_shardings)
+    return init(jax.random.key_data(rng))
+
+  def abstract_state(self) -> TrainState:
+    """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
+    shapes = jax.eval_shape(lambda r: nn.meta.unbox(self._init_boxed(r)),
+                            jax.random.key_data(jax.random.PRNGKey(0)))
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                        shapes, self.state_shardings)
+
+  def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+    shape = (self.config.batch_size, self.config.data.max_seq_length)
+    return {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.batch_sharding)
+            for k in ('input_ids', 'segment_ids', 'input_mask')}
+
+  def lower(self):
+    """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
+    return self.step_fn.lower(self.abstract_state(), self.abstract_batch(),
+                              jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(self.mesh)))

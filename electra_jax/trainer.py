@@ -1,0 +1,162 @@
+"""The pre-training loop: data, state (fresh or restored), the compiled step, logging, checkpoints, signals.
+
+Outputs under WORKDIR: config.json, tokenizer.model, metrics.jsonl, tensorboard/, checkpoints/<step>/.
+"""
+
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+from absl import logging
+import tqdm
+
+from electra_jax import config as config_lib
+from electra_jax import data, metrics as metrics_lib, sharding
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.train_step import Pretraining
+
+# Config sections that must not change when a run is resumed (they define the parameters and their meaning).
+FROZEN_ON_RESUME = ('model', 'data')
+WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
+
+
+class TrainingError(RuntimeError):
+  """The run cannot go on; the message says why and what to do."""
+
+
+class _StopSignal:
+  """Turns SIGTERM/SIGINT into a flag the loop checks between steps (checkpoint, then a clean exit)."""
+
+  def __init__(self):
+    self.received = None
+    self.previous = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      self.previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    self.received = signal.Signals(signum).name
+
+  def __exit__(self, *exc):
+    for sig, handler in self.previous.items():
+      signal.signal(sig, handler)
+
+
+def _check_resume_config(workdir: str, config_dict: dict):
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    saved = json.load(f)
+  for section in FROZEN_ON_RESUME:
+    old, new = saved.get(section), json.loads(json.dumps(config_dict.get(section)))
+    if old != new:
+      changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+      raise config_lib.ConfigError(
+          f'{workdir} holds a run with different {section} settings ({", ".join(section + "." + k for k in changed)}'
+          f'); resume with the same settings, or start a new --workdir')
+
+
+def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, float]:
+  """Pre-trains (or resumes) to `config.train_steps`; returns the last logged metrics.
+
+  `stop_after` ends this invocation after that many steps, as a preemption would (tests use it).
+  """
+  config_dict = config.to_dict()
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  _check_resume_config(workdir, config_dict)
+  data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
+  tokenizer = data.load_tokenizer(data_config)
+  c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
+  if c.model.vocab_size != tokenizer.vocab_size:
+    raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
+                                 f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
+  input_ids, segment_ids = data.load_examples(data_config, tokenizer, seed=c.seed)
+
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+      json.dump(config_dict, f, indent=2)
+    if not os.path.exists(os.path.join(workdir, 'tokenizer.model')):
+      shutil.copyfile(tokenizer.model_file, os.path.join(workdir, 'tokenizer.model'))
+
+  mesh = sharding.make_mesh(c.mesh)
+  run = Pretraining(c, tokenizer.special, mesh)
+  batches = data.BatchIterator(input_ids, segment_ids, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
+                               process_index=jax.process_index(), process_count=jax.process_count())
+  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints)
+  latest = checkpointer.latest_step()
+  if latest is None:
+    state = run.init_state(jax.random.PRNGKey(c.seed))
+  else:
+    state, data_state = checkpointer.restore(latest, run.abstract_state())
+    batches.set_state(data_state)
+    logging.info('resumed from %s/%d', checkpointer.directory, latest)
+  start = int(state.step)
+  if start >= c.train_steps:
+    print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
+          f'raise --config.train_steps to train further.', file=sys.stderr)
+    checkpointer.close()
+    return {}
+
+  rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
+  accumulate = jax.jit(metrics_lib.accumulate)
+  writer = metrics_lib.MetricsWriter(workdir)
+  end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
+  progress = tqdm.tqdm(total=c.train_steps, initial=start, desc='pre-training', unit='step', dynamic_ncols=True,
+                       disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  total, previous, last = None, None, {}
+  log_start, log_step = time.time(), start
+  step = start
+  try:
+    with _StopSignal() as stop:
+      while step < end:
+        batch = sharding.global_batch(next(batches), run.batch_sharding)
+        state, step_metrics = run.step_fn(state, batch, rng)
+        step += 1
+        total = accumulate(total, step_metrics)
+        # Check the previous step's loss while this one runs: catches NaN/inf without stalling the device.
+        _check_finite(previous, step - 1)
+        previous = step_metrics
+        progress.update(1)
+        if step % c.log_every == 0 or step == end:
+          _check_finite(previous, step)
+          last = metrics_lib.summarize(total)
+          elapsed = time.time() - log_start
+          last['tokens_per_second'] = (step - log_step) * c.batch_size * c.data.max_seq_length / elapsed
+          writer.write(step, last)
+          progress.set_postfix(loss=f'{last["loss"]:.3f}', gen_acc=f'{last["gen_accuracy"]:.3f}',
+                               disc_recall=f'{last["disc_recall"]:.3f}', refresh=False)
+          total, log_start, log_step = None, time.time(), step
+        if step % c.checkpoint_every == 0 or step == end or stop.received:
+          _check_finite(previous, step)
+          checkpointer.save(step, state, batches.get_state())
+        if stop.received:
+          progress.write(f'{stop.received} received: checkpoint saved at step {step} in {checkpointer.directory}; '
+                         'run the same command again to resume.')
+          break
+  finally:
+    progress.close()
+    writer.close()
+    checkpointer.close()
+  return last
+
+
+def _check_finite(step_metrics, step: int):
+  """Raises TrainingError naming the step and the quantities that are NaN or infinite."""
+  if step_metrics is None:
+    return
+  values = jax.device_get({k: step_metrics[k][0] for k in WATCHED})
+  bad = [f'{k}={float(v)}' for k, v in values.items() if not math.isfinite(float(v))]
+  if bad:
+    raise TrainingError(f'step {step}: {", ".join(bad)}. Training stopped; the last good checkpoint is kept. '
+                        'Lower optimizer.learning_rate, raise optimizer.warmup_steps, or use model.dtype=float32.')
