@@ -34,10 +34,13 @@ class MeshConfig:
 
 
 def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
-  """Fills the -1 entry of `config.shape` so the product is `num_devices`."""
+  """Fills the -1 entry of `config.shape` so the product is `num_devices`.
+
+  A shape without -1 may use fewer devices than there are (the first ones), e.g. (1, 1, 1) for one device.
+  """
   known = int(np.prod([s for s in config.shape if s != -1]))
   shape = tuple(num_devices // known if s == -1 else s for s in config.shape)
-  if int(np.prod(shape)) != num_devices:
+  if int(np.prod(shape)) != num_devices and (-1 in config.shape or int(np.prod(shape)) > num_devices):
     raise ConfigError(f'mesh.shape {config.shape} does not fit {num_devices} devices; '
                       f'make the product equal the device count or put a -1 on one axis')
   return shape
@@ -46,6 +49,7 @@ def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
 def make_mesh(config: MeshConfig, devices=None) -> jax.sharding.Mesh:
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(config, len(devices))
+  devices = devices[:int(np.prod(shape))]
   return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
 
 

@@ -1,0 +1,45 @@
+"""Shared test setup: 8 faked CPU devices (set before jax is imported) and small generated fixtures."""
+
+import os
+
+os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+import gzip  # pylint: disable=g-import-not-at-top,wrong-import-position
+import random
+
+import pytest
+
+WORDS = ('the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank '
+         'water food then quickly slowly happy sad man woman child old young walked over near far').split()
+
+
+def make_corpus(path, *, documents: int = 60, seed: int = 0, gz: bool = False) -> str:
+  """Writes a small synthetic corpus (one sentence per line, blank line between documents) to `path`."""
+  rng = random.Random(seed)
+  lines = []
+  for _ in range(documents):
+    for _ in range(rng.randint(3, 12)):
+      lines.append(' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 16))).capitalize() + '.')
+    lines.append('')
+  text = '\n'.join(lines) + '\n'
+  if gz:
+    with gzip.open(path, 'wt', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)
+  return str(path)
+
+
+@pytest.fixture(scope='session')
+def cache_dir(tmp_path_factory):
+  """A per-session cache for tokenizers and packed data, so tests never touch ~/.cache."""
+  path = tmp_path_factory.mktemp('electra_cache')
+  os.environ['ELECTRA_JAX_CACHE'] = str(path)
+  return str(path)
+
+
+@pytest.fixture(scope='session')
+def corpus_file(tmp_path_factory):
+  return make_corpus(tmp_path_factory.mktemp('corpus') / 'corpus.txt', documents=80)
