@@ -8,7 +8,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import checkpoint, config, data, trainer
+from electra_jax import checkpoint, config, data, sharding, trainer
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A config file under configs/, e.g. configs/tiny.py.',
                                           lock_config=True)
@@ -37,6 +37,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
+  sharding.initialize_distributed()
   try:
     trainer.train(_CONFIG.value, _WORKDIR.value)
   except USER_ERRORS as e:

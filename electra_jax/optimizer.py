@@ -14,8 +14,9 @@ def learning_rate_schedule(config: OptimizerConfig, train_steps: int) -> optax.S
   decay = optax.linear_schedule(config.learning_rate, 0.0, train_steps)
 
   def schedule(step):
-    warmup = jnp.minimum(1.0, step / max(config.warmup_steps, 1))
-    return decay(step) * warmup
+    if not config.warmup_steps:
+      return decay(step)
+    return decay(step) * jnp.minimum(1.0, step / config.warmup_steps)
   return schedule
 
 

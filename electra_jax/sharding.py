@@ -6,6 +6,7 @@ parallelism on 'tensor'. Nothing else in the code knows which one is in use.
 """
 
 import dataclasses
+import os
 from typing import Any
 
 import flax.linen as nn
@@ -71,3 +72,24 @@ def replicated(mesh) -> NamedSharding:
 def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
   """Assembles this process's rows into global arrays (each process holds its contiguous share)."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+
+
+def initialize_distributed():
+  """Starts jax.distributed when this is one process of a multi-process job; a no-op otherwise.
+
+  Cloud TPU pods and SLURM jobs are detected by jax itself; elsewhere set JAX_COORDINATOR_ADDRESS,
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID.
+  """
+  env = os.environ
+  multi_process = (
+      'JAX_COORDINATOR_ADDRESS' in env
+      or int(env.get('SLURM_NTASKS', '1')) > 1
+      or ',' in env.get('TPU_WORKER_HOSTNAMES', ''))
+  if not multi_process:
+    return
+  if 'JAX_COORDINATOR_ADDRESS' in env:
+    jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
+                               num_processes=int(env['JAX_NUM_PROCESSES']),
+                               process_id=int(env['JAX_PROCESS_ID']))
+  else:
+    jax.distributed.initialize()
