@@ -233,14 +233,23 @@ def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
 # Weights.
 
 
-def init_params(model: ModelConfig, seed: int = 0, method: str | None = None) -> dict:
-  """Freshly initialised parameters of `Electra(model)`, on the host.
+def _run_once_on_cpu(fn, *args):
+  """jit(fn)(*args) on the host CPU, compiled without XLA's optimisations: for a function run once, they cost
+  more compile time (about 3x) than they could save."""
+  with jax.default_device(jax.devices('cpu')[0]):
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options={'xla_backend_optimization_level': 0,
+                                                                  'xla_llvm_disable_expensive_passes': True})
+    return compiled(*args)
 
-  `method='generator_logits'` initialises only the embeddings and the generator (half the compile time).
+
+def init_params(model: ModelConfig, seed: int = 0, method: str | None = None) -> dict:
+  """Freshly initialised parameters of `Electra(model)`, as host arrays.
+
+  `method='generator_logits'` initialises only the embeddings and the generator.
   """
   ids = jnp.zeros((1, 1), jnp.int32)
-  init = jax.jit(lambda rng: nn.meta.unbox(Electra(model).init(rng, ids, ids, ids, ids, method=method)['params']))
-  return jax.device_get(init(jax.random.PRNGKey(seed)))
+  init = lambda rng: nn.meta.unbox(Electra(model).init(rng, ids, ids, ids, ids, method=method)['params'])
+  return jax.device_get(_run_once_on_cpu(init, jax.random.PRNGKey(seed)))
 
 
 def fill_params(model: ModelConfig, names: Callable[[Path], Sequence[Hashable]], weights: dict[Hashable, np.ndarray],
@@ -282,14 +291,14 @@ def _init_generator(model: ModelConfig, found: dict, missing: list[Path], seed: 
 
 
 def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
-  """The state dict in an HF model directory (model.safetensors or pytorch_model.bin) as float32 numpy arrays."""
+  """The state dict in an HF model directory (model.safetensors or pytorch_model.bin) as numpy arrays."""
   safetensors_file = os.path.join(directory, 'model.safetensors')
   torch_file = os.path.join(directory, 'pytorch_model.bin')
   if os.path.isfile(safetensors_file):
     try:
       from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
       return load_file(safetensors_file)
-    except TypeError:  # bfloat16 has no numpy dtype: read it through torch
+    except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
       from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
       return {k: v.float().numpy() for k, v in load_file(safetensors_file).items()}
   if os.path.isfile(torch_file):
@@ -422,8 +431,8 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
     config.data.lowercase = bool(lowercase)
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
-  params = jax.tree.map(jnp.asarray, params)
-  state = TrainState(jnp.zeros((), jnp.int32), params, jax.jit(tx.init)(params))
+  params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
+  state = TrainState(jnp.zeros((), jnp.int32), params, _run_once_on_cpu(tx.init, params))
   checkpointer = checkpoint.Checkpointer(out)
   checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
   checkpointer.close()

@@ -13,9 +13,10 @@ from flax import traverse_util
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import checkpoint, convert, masking, objective  # pylint: disable=g-import-not-at-top
+from electra_jax import checkpoint, convert, masking, objective, sharding  # pylint: disable=g-import-not-at-top
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
+from electra_jax.train_step import Pretraining
 
 VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
     'the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank water food '
@@ -149,6 +150,18 @@ def test_import_hf_pair_gives_transformers_logits(imported):
 
 
 @pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
+def test_import_is_a_train_state_the_trainer_resumes_from(imported):
+  config = checkpoint.load_config(imported['workdir'])
+  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=MASK, unk=1), sharding.make_mesh(config.mesh))
+  checkpointer = checkpoint.Checkpointer(imported['workdir'])
+  state, data_state = checkpointer.restore(0, run.abstract_state())
+  checkpointer.close()
+  assert int(state.step) == 0 and data_state == {'epoch': 0, 'batch': 0}
+  jax.tree.map(np.testing.assert_array_equal, state.params, imported['params'])
+  assert all(not np.any(np.asarray(x)) for x in jax.tree.leaves(state.opt_state))  # a fresh Adam: zero moments
+
+
+@pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_import_discriminator_alone_initialises_the_generator(imported, tmp_path):
   with pytest.warns(convert.ConversionWarning, match='initialised randomly'):
     convert.import_hf(imported['disc_dir'], str(tmp_path / 'run'))
@@ -236,6 +249,7 @@ def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):
     np.testing.assert_array_equal(np.asarray(flat_back[path]), value, err_msg='/'.join(path))
 
 
+@pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   disc, gen, config, params = imported['disc'], imported['gen'], imported['config'], imported['params']
   ids, segments, mask = example_batch()
@@ -294,6 +308,10 @@ def test_tf_names_follow_google_checkpoints_and_invert():
   assert ModelConfig(**section) == model
   back = convert.params_from_tf(model, weights, seed=4)
   jax.tree.map(np.testing.assert_array_equal, back, params)
+  untied = dict(weights, **{'generator/embeddings/LayerNorm/beta': weights['electra/embeddings/LayerNorm/beta'] + 1})
+  with pytest.warns(convert.ConversionWarning, match='generator/embeddings/LayerNorm/beta'):
+    back = convert.params_from_tf(model, untied)
+  np.testing.assert_array_equal(back['embeddings']['LayerNorm']['bias'], params['embeddings']['LayerNorm']['bias'])
   with pytest.raises(convert.ConversionError, match='unexpected TF variables: electra/pooler/dense/kernel'):
     convert.params_from_tf(model, dict(weights, **{'electra/pooler/dense/kernel': np.zeros((64, 64))}))
 
