@@ -40,18 +40,33 @@ def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Ob
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
   mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
-  input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
+  input_ids, input_mask = batch['input_ids'], batch['input_mask']
   masked = masking.mask_tokens(
       mask_rng, input_ids, input_mask, special=special, mask_prob=config.mask_prob,
       max_predictions=config.num_predictions(input_ids.shape[-1]), mask_token_prob=config.mask_token_prob,
       random_token_prob=config.random_token_prob, vocab_size=vocab_size)
+  sample = lambda gen_logits: sample_replacements(sample_rng, gen_logits, masked.targets, config)
+  return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
+                             rngs=(gen_rng, disc_rng))
 
+
+def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                        sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
+                        deterministic: bool = False, rngs=None):
+  """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness.
+
+  `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacement tokens; `rngs` is the pair of
+  dropout keys (generator, discriminator), unused when `deterministic`. Tests fix `masked` and `sample` to compare
+  the loss with another implementation.
+  """
+  gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
+  input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
   gen_logits = apply_fn(params, masked.input_ids, segment_ids, input_mask, masked.positions,
                         deterministic=deterministic, method='generator_logits', rngs={'dropout': gen_rng})
   gen_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets)
   gen_loss = weighted_mean(gen_losses, masked.weights)
 
-  samples = sample_replacements(sample_rng, gen_logits, masked.targets, config)
+  samples = sample(gen_logits)
   corrupted = masking.scatter(input_ids, masked.positions,
                               jnp.where(masked.weights > 0, samples, masked.targets))
   # A sample equal to the original is labelled real, as in the paper.

@@ -1,0 +1,537 @@
+"""Checkpoints in and out: Hugging Face ELECTRA and Google's original TF checkpoints <-> an electra_jax workdir.
+
+  python -m electra_jax.convert --from-hf HF_DIR [--from-hf-generator GEN_DIR] --out WORKDIR
+  python -m electra_jax.convert --from-tf TF_CHECKPOINT --out WORKDIR
+  python -m electra_jax.convert --checkpoint WORKDIR [--step N] --to-hf HF_DIR
+
+A workdir is what the trainer writes: config.json (every key of configs/default.py), tokenizer files and
+checkpoints/<step>/ holding a TrainState. An import is step 0 with a fresh optimiser state: ready to fine-tune
+(`electra_jax.checkpoint.load_params`) or to continue pre-training. An export writes HF_DIR/discriminator
+(ElectraForPreTraining) and HF_DIR/generator (ElectraForMaskedLM), each config.json + model.safetensors.
+
+Names: `hf_name` and `tf_name` map one of our parameter paths to its name in the other format. Imports invert them
+by enumerating our own parameter tree, so each mapping is written once and serves both directions. Our two towers
+share one `embeddings` subtree, while HF's two models each carry a copy: an export writes it into both, an import
+takes the discriminator's (and warns if the generator's differs).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import warnings
+from typing import Callable, Hashable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from configs import default as default_config
+from electra_jax import checkpoint, data, optimizer
+from electra_jax import config as config_lib
+from electra_jax.config import ModelConfig, TowerConfig
+from electra_jax.model import Electra
+from electra_jax.train_step import TrainState
+
+DISC, GEN = 'discriminator', 'generator'
+# Tokenizer files travel with the weights, whichever format they are in.
+TOKENIZER_FILES = ('tokenizer.model', 'vocab.txt', 'tokenizer.json', 'tokenizer_config.json',
+                   'special_tokens_map.json')
+# Non-persistent buffers that older transformers versions saved; they hold no learned values.
+HF_BUFFERS = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids')
+# TF checkpoint variables that are optimiser or schedule state, not model weights.
+TF_NOT_WEIGHTS = re.compile(r'(^|/)(adam_[mv]|global_step|AdamWeightDecayOptimizer(_\d+)?|temperature)(/|$)')
+# ElectraConfig's defaults, for keys a hub config.json leaves out.
+HF_DEFAULTS = {'vocab_size': 30522, 'embedding_size': 128, 'hidden_size': 256, 'num_hidden_layers': 12,
+               'num_attention_heads': 4, 'intermediate_size': 1024, 'hidden_act': 'gelu',
+               'hidden_dropout_prob': 0.1, 'attention_probs_dropout_prob': 0.1, 'max_position_embeddings': 512,
+               'type_vocab_size': 2, 'initializer_range': 0.02, 'layer_norm_eps': 1e-12, 'pad_token_id': 0,
+               'tie_word_embeddings': True, 'position_embedding_type': 'absolute'}
+
+Path = tuple[str, ...]
+
+
+class ConversionError(ValueError):
+  """Weights or a config that cannot be converted; the message says why."""
+
+
+class ConversionWarning(UserWarning):
+  """A conversion that worked but lost or invented something the user should know about."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Names: one function per foreign format, applied to our paths in both directions.
+
+
+def _scope_name(scope: str, separator: str) -> str:
+  """'layer_3' -> 'layer.3' for HF (a ModuleList index); every other scope name is the same in all formats."""
+  match = re.fullmatch(r'layer_(\d+)', scope)
+  return f'layer{separator}{match.group(1)}' if match else scope
+
+
+def hf_name(path: Path) -> tuple[tuple[str, ...], str]:
+  """Our parameter path -> (the HF models that hold it, its name in their state dicts).
+
+  ('embeddings', 'LayerNorm', 'scale') -> ((DISC, GEN), 'electra.embeddings.LayerNorm.weight');
+  ('discriminator', 'encoder', 'layer_3', 'attention', 'self', 'query', 'kernel') ->
+  ((DISC,), 'electra.encoder.layer.3.attention.self.query.weight'). Kernels are also transposed (`hf_layout`).
+  """
+  *scopes, leaf = path
+  if scopes[0] == 'embeddings':
+    models, scopes = (DISC, GEN), ['electra'] + scopes
+  else:
+    models, scopes = (scopes[0],), scopes[1:]
+    if scopes[0] in ('embeddings_project', 'encoder'):  # the encoder body lives in HF's `electra` submodule
+      scopes = ['electra'] + scopes
+  # Linear and LayerNorm weights, and embedding tables, are all `weight` in PyTorch.
+  leaf = 'bias' if leaf == 'bias' else 'weight'
+  return models, '.'.join([_scope_name(s, '.') for s in scopes] + [leaf])
+
+
+def hf_layout(path: Path, array: np.ndarray) -> np.ndarray:
+  """Converts a value between our layout and HF's, either way: Flax kernels are [in, out], torch Linear [out, in]."""
+  return array.T if path[-1] == 'kernel' else array
+
+
+def tf_name(path: Path) -> str:
+  """Our parameter path -> its variable name in Google's original TF checkpoints (same [in, out] layout).
+
+  The discriminator's encoder lives under `electra/`, the generator's under `generator/`, the shared embeddings
+  under `electra/embeddings/`; the heads are top-level scopes.
+  """
+  *scopes, leaf = path
+  if scopes[0] == 'embeddings':
+    scopes = ['electra'] + scopes
+  elif scopes[1] in ('embeddings_project', 'encoder'):
+    scopes = ['electra' if scopes[0] == DISC else 'generator'] + scopes[1:]
+  else:
+    scopes = scopes[1:]
+  if scopes[-1] == 'dense_prediction':  # an unnamed second tf.layers.dense
+    scopes[-1] = 'dense_1'
+  if scopes[-1] == 'generator_lm_head':
+    return 'generator_predictions/output_bias'
+  if leaf == 'embedding':
+    return '/'.join(scopes)
+  if scopes[-1] == 'LayerNorm':
+    leaf = {'scale': 'gamma', 'bias': 'beta'}[leaf]
+  return '/'.join(scopes + [leaf])
+
+
+def _tf_untied_generator_name(path: Path) -> list[str]:
+  """Where a TF checkpoint trained with untied generator embeddings keeps the generator's copy."""
+  return [tf_name(path).replace('electra/embeddings/', 'generator/embeddings/')] if path[0] == 'embeddings' else []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Configs.
+
+
+def _hf_config(values: dict, what: str) -> dict:
+  """An HF ElectraConfig dict with defaults filled in, refused if our model cannot represent it."""
+  values = dict(HF_DEFAULTS, **values)
+  if values.get('model_type', 'electra') != 'electra':
+    raise ConversionError(f'the {what} config has model_type {values["model_type"]!r}, not "electra"')
+  if values['hidden_act'] != 'gelu':
+    raise ConversionError(f'the {what} uses hidden_act={values["hidden_act"]!r}; electra_jax implements the '
+                          'exact GELU ("gelu") only')
+  if values['position_embedding_type'] != 'absolute':
+    raise ConversionError(f'the {what} uses position_embedding_type={values["position_embedding_type"]!r}; '
+                          'electra_jax implements absolute position embeddings only')
+  return values
+
+
+def model_section_from_hf(disc: dict, gen: dict | None) -> dict:
+  """The `model` config section equivalent to HF discriminator (and generator) configs.
+
+  Without a generator config the generator sizes keep configs/default.py's fractions.
+  """
+  disc = _hf_config(disc, 'discriminator')
+  model = dict(default_config.get_config().model.to_dict(),
+               vocab_size=disc['vocab_size'], embedding_size=disc['embedding_size'],
+               hidden_size=disc['hidden_size'], num_layers=disc['num_hidden_layers'],
+               num_heads=disc['num_attention_heads'], intermediate_size=disc['intermediate_size'],
+               max_position_embeddings=disc['max_position_embeddings'], type_vocab_size=disc['type_vocab_size'],
+               dropout_rate=float(disc['hidden_dropout_prob']),
+               attention_dropout_rate=float(disc['attention_probs_dropout_prob']),
+               initializer_range=float(disc['initializer_range']), layer_norm_eps=float(disc['layer_norm_eps']))
+  if gen is None:
+    return model
+  gen = _hf_config(gen, 'generator')
+  for key in ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size'):
+    if gen[key] != disc[key]:
+      raise ConversionError(f'generator {key}={gen[key]} but discriminator {key}={disc[key]}; they share '
+                            'their embeddings in electra_jax, so these must be equal')
+  if not gen['tie_word_embeddings']:
+    raise ConversionError('the generator does not tie its output layer to the word embeddings '
+                          '(tie_word_embeddings=false); electra_jax always ties them')
+  model.update(generator_hidden_fraction=gen['hidden_size'] / disc['hidden_size'],
+               generator_layers_fraction=gen['num_hidden_layers'] / disc['num_hidden_layers'])
+  want = TowerConfig(gen['hidden_size'], gen['num_hidden_layers'], gen['num_attention_heads'],
+                     gen['intermediate_size'])
+  got = ModelConfig(**model).tower(generator=True)
+  if got != want:
+    raise ConversionError(
+        f'electra_jax cannot represent this generator: it has hidden {want.hidden_size}, {want.num_layers} '
+        f'layers, {want.num_heads} heads and FFN {want.intermediate_size}, but electra_jax derives a generator '
+        f'of width {want.hidden_size} with heads = max(1, {want.hidden_size} // 64) = {got.num_heads} and FFN '
+        f'4 * {want.hidden_size} = {got.intermediate_size} (and {got.num_layers} layers)')
+  return model
+
+
+def hf_configs(model: ModelConfig, pad_token_id: int = 0) -> dict[str, dict]:
+  """HF ElectraConfig dicts {DISC: ElectraForPreTraining's, GEN: ElectraForMaskedLM's} for our model config."""
+  common = {'model_type': 'electra', 'vocab_size': model.vocab_size, 'embedding_size': model.embedding_size,
+            'hidden_act': 'gelu', 'hidden_dropout_prob': model.dropout_rate,
+            'attention_probs_dropout_prob': model.attention_dropout_rate,
+            'max_position_embeddings': model.max_position_embeddings, 'type_vocab_size': model.type_vocab_size,
+            'initializer_range': model.initializer_range, 'layer_norm_eps': model.layer_norm_eps,
+            'pad_token_id': pad_token_id, 'tie_word_embeddings': True, 'dtype': 'float32'}
+  configs = {}
+  for what, architecture in ((DISC, 'ElectraForPreTraining'), (GEN, 'ElectraForMaskedLM')):
+    tower = model.tower(generator=what == GEN)
+    configs[what] = dict(common, architectures=[architecture], hidden_size=tower.hidden_size,
+                         num_hidden_layers=tower.num_layers, num_attention_heads=tower.num_heads,
+                         intermediate_size=tower.intermediate_size)
+  return configs
+
+
+def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
+  """The `model` section of a TF checkpoint, read off its variable shapes.
+
+  Head counts are not stored in a checkpoint; the official sizes all use hidden / 64 (ELECTRA_FACTS.md).
+  """
+  def tower(scope):
+    layers = {int(m.group(1)) for name in shapes for m in [re.match(rf'{scope}/encoder/layer_(\d+)/', name)] if m}
+    if not layers:
+      return None
+    hidden = shapes[f'{scope}/encoder/layer_0/attention/self/query/kernel'][1]
+    return TowerConfig(hidden, max(layers) + 1, max(1, hidden // 64),
+                       shapes[f'{scope}/encoder/layer_0/intermediate/dense/kernel'][1])
+  if 'electra/embeddings/word_embeddings' not in shapes or tower('electra') is None:
+    raise ConversionError('this TF checkpoint has no electra/embeddings/word_embeddings or electra/encoder/: it is '
+                          "not one of Google's ELECTRA pre-training checkpoints")
+  disc, gen = tower('electra'), tower('generator')
+  vocab_size, embedding_size = shapes['electra/embeddings/word_embeddings']
+  model = dict(default_config.get_config().model.to_dict(), vocab_size=vocab_size, embedding_size=embedding_size,
+               hidden_size=disc.hidden_size, num_layers=disc.num_layers, num_heads=disc.num_heads,
+               intermediate_size=disc.intermediate_size,
+               max_position_embeddings=shapes['electra/embeddings/position_embeddings'][0],
+               type_vocab_size=shapes['electra/embeddings/token_type_embeddings'][0])
+  if gen is not None:
+    model.update(generator_hidden_fraction=gen.hidden_size / disc.hidden_size,
+                 generator_layers_fraction=gen.num_layers / disc.num_layers)
+    if ModelConfig(**model).tower(generator=True) != gen:
+      raise ConversionError(f'electra_jax cannot represent this generator ({gen}): its FFN must be 4 * hidden')
+  return model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weights.
+
+
+def _run_once_on_cpu(fn, *args):
+  """jit(fn)(*args) on the host CPU, compiled without XLA's optimisations: for a function run once, they cost
+  more compile time (about 3x) than they could save."""
+  with jax.default_device(jax.devices('cpu')[0]):
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options={'xla_backend_optimization_level': 0,
+                                                                  'xla_llvm_disable_expensive_passes': True})
+    return compiled(*args)
+
+
+def init_params(model: ModelConfig, seed: int = 0, method: str | None = None) -> dict:
+  """Freshly initialised parameters of `Electra(model)`, as host arrays.
+
+  `method='generator_logits'` initialises only the embeddings and the generator.
+  """
+  ids = jnp.zeros((1, 1), jnp.int32)
+  init = lambda rng: nn.meta.unbox(Electra(model).init(rng, ids, ids, ids, ids, method=method)['params'])
+  return jax.device_get(_run_once_on_cpu(init, jax.random.PRNGKey(seed)))
+
+
+def fill_params(model: ModelConfig, names: Callable[[Path], Sequence[Hashable]], weights: dict[Hashable, np.ndarray],
+                layout: Callable[[Path, np.ndarray], np.ndarray] = lambda path, x: x):
+  """Each parameter of `Electra(model)` as `layout(path, weights[name])` for the first of `names(path)` present.
+
+  Returns ({path: float32 array}, paths with none of their names in `weights`, names used, names that hold
+  another value than the first one, e.g. a generator's own copy of the embeddings).
+  """
+  shapes = traverse_util.flatten_dict(checkpoint.abstract_params(Electra(model)))
+  found, missing, used, differing = {}, [], set(), []
+  for path, shape in shapes.items():
+    present = [name for name in names(path) if name in weights]
+    if not present:
+      missing.append(path)
+      continue
+    value = np.asarray(layout(path, weights[present[0]]), np.float32)
+    if value.shape != shape.shape:
+      raise ConversionError(f'{present[0]} has shape {value.shape}, but {"/".join(path)} needs {shape.shape}')
+    found[path] = value
+    used.update(present)
+    differing += [name for name in present[1:] if not np.array_equal(weights[name], weights[present[0]])]
+  return found, missing, used, differing
+
+
+def _init_generator(model: ModelConfig, found: dict, missing: list[Path], seed: int, what: str) -> list[Path]:
+  """Fills the generator's parameters in `found` randomly if `missing` holds all of them (warns); returns the
+  paths still missing."""
+  generator = [p for p in missing if p[0] == GEN]
+  if not generator or any(p[0] == GEN for p in found):  # a partial generator is an error, not a fresh start
+    return missing
+  fresh = traverse_util.flatten_dict(init_params(model, seed, method='generator_logits'))
+  found.update({p: fresh[p] for p in generator})
+  tower = model.tower(generator=True)
+  warnings.warn(f'{what} holds no generator: the generator ({tower.num_layers} layers of width {tower.hidden_size}) '
+                'is initialised randomly. The discriminator is complete for fine-tuning and detection; continued '
+                'pre-training starts with an untrained generator', ConversionWarning)
+  return [p for p in missing if p[0] != GEN]
+
+
+def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
+  """The state dict in an HF model directory (model.safetensors or pytorch_model.bin) as numpy arrays."""
+  safetensors_file = os.path.join(directory, 'model.safetensors')
+  torch_file = os.path.join(directory, 'pytorch_model.bin')
+  if os.path.isfile(safetensors_file):
+    try:
+      from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+      return load_file(safetensors_file)
+    except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
+      from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
+      return {k: v.float().numpy() for k, v in load_file(safetensors_file).items()}
+  if os.path.isfile(torch_file):
+    try:
+      import torch  # pylint: disable=g-import-not-at-top
+    except ImportError:
+      raise ConversionError(f'{torch_file} is a PyTorch pickle, which needs torch to read: pip install torch, '
+                            'or give a directory with model.safetensors') from None
+    state = torch.load(torch_file, map_location='cpu', weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items()}
+  raise ConversionError(f'{directory} has neither model.safetensors nor pytorch_model.bin (sharded checkpoints '
+                        'are not supported; ELECTRA models fit one file)')
+
+
+def _read_json(path: str) -> dict:
+  if not os.path.isfile(path):
+    raise ConversionError(f'{path} does not exist: give a Hugging Face model directory (config.json + weights)')
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def _hf_base_names(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """An ElectraModel state dict (no `electra.` prefix, no head) named as the models with heads name it."""
+  if any(k.startswith('electra.') for k in weights):
+    return weights
+  return {f'electra.{k}': v for k, v in weights.items()}
+
+
+def params_from_hf(model: ModelConfig, disc_weights: dict[str, np.ndarray],
+                   gen_weights: dict[str, np.ndarray] | None, *, seed: int = 0) -> dict:
+  """Our parameter tree from HF state dicts; without a generator's, the generator is initialised randomly."""
+  weights = {(DISC, k): v for k, v in _hf_base_names(disc_weights).items()}
+  if gen_weights is not None:
+    weights.update({(GEN, k): v for k, v in _hf_base_names(gen_weights).items()})
+  def names(path):
+    models, name = hf_name(path)
+    return [(m, name) for m in models]
+  found, missing, used, differing = fill_params(model, names, weights, hf_layout)
+  if gen_weights is None:
+    missing = _init_generator(model, found, missing, seed, 'the Hugging Face import (no --from-hf-generator)')
+  if missing:
+    raise ConversionError('the Hugging Face weights lack ' + ', '.join(
+        f'{hf_name(p)[0][0]}:{hf_name(p)[1]}' for p in missing))
+  if differing:
+    warnings.warn(f'the generator\'s embeddings differ from the discriminator\'s ({", ".join(n for _, n in differing)}'
+                  '); electra_jax shares one set of embeddings and keeps the discriminator\'s', ConversionWarning)
+  unexpected = []
+  for key in set(weights) - used:
+    model_name, name = key
+    if name in HF_BUFFERS:
+      continue
+    if name == 'generator_lm_head.weight' and model_name == GEN:
+      if np.array_equal(weights[key], weights[(GEN, 'electra.embeddings.word_embeddings.weight')]):
+        continue  # the tied copy of the word embeddings
+      raise ConversionError('the generator\'s generator_lm_head.weight differs from its word embeddings; '
+                            'electra_jax always ties them')
+    unexpected.append(f'{model_name}:{name}')
+  if unexpected:
+    raise ConversionError(f'unexpected Hugging Face weights (not an ElectraForPreTraining / ElectraForMaskedLM '
+                          f'of this config?): {", ".join(sorted(unexpected))}')
+  return traverse_util.unflatten_dict(found)
+
+
+def params_from_tf(model: ModelConfig, weights: dict[str, np.ndarray], *, seed: int = 0) -> dict:
+  """Our parameter tree from the variables of Google's TF checkpoint (optimiser slots already dropped)."""
+  names = lambda path: [tf_name(path)] + _tf_untied_generator_name(path)
+  found, missing, used, differing = fill_params(model, names, weights)
+  missing = _init_generator(model, found, missing, seed, 'the TF checkpoint')
+  if missing:
+    raise ConversionError('the TF checkpoint lacks ' + ', '.join(tf_name(p) for p in missing))
+  if differing:
+    warnings.warn(f'the generator\'s own embeddings ({", ".join(differing)}) differ from the discriminator\'s; '
+                  'electra_jax shares one set of embeddings and keeps the discriminator\'s', ConversionWarning)
+  unexpected = sorted(set(weights) - used)
+  if unexpected:
+    raise ConversionError(f'unexpected TF variables: {", ".join(unexpected)}')
+  return traverse_util.unflatten_dict(found)
+
+
+def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
+  """The model variables of a TF checkpoint (a prefix like model.ckpt-1000000, or its directory)."""
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ConversionError("reading Google's original TF checkpoints needs TensorFlow, which is not installed: "
+                          'pip install tensorflow') from None
+  if os.path.isdir(path):
+    path = tf.train.latest_checkpoint(path) or path
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if not TF_NOT_WEIGHTS.search(name)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Workdirs.
+
+
+def _copy_tokenizer_files(source: str, destination: str) -> list[str]:
+  copied = []
+  for name in TOKENIZER_FILES:
+    if os.path.isfile(os.path.join(source, name)):
+      shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+      copied.append(name)
+  return copied
+
+
+def _do_lower_case(directory: str) -> bool | None:
+  path = os.path.join(directory, 'tokenizer_config.json')
+  if os.path.isfile(path):
+    with open(path, encoding='utf-8') as f:
+      return json.load(f).get('do_lower_case')
+  return None
+
+
+def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None):
+  """Writes `out` as the trainer would: config.json, tokenizer files and checkpoints/0/ (fresh optimiser state)."""
+  out = os.path.abspath(out)
+  if os.path.exists(os.path.join(out, 'config.json')) or os.path.exists(os.path.join(out, 'checkpoints')):
+    raise ConversionError(f'{out} already holds a run; give a new --out directory')
+  os.makedirs(out, exist_ok=True)
+  config = default_config.get_config()
+  config.model.update(model_section)
+  config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
+  copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
+  if 'tokenizer.model' in copied:  # a SentencePiece model: the trainer can read it as data.tokenizer
+    config.data.tokenizer = os.path.join(out, 'tokenizer.model')
+    config.data.vocab_size = config.model.vocab_size
+  lowercase = _do_lower_case(out)
+  if lowercase is not None:
+    config.data.lowercase = bool(lowercase)
+  c = config_lib.load(config)
+  tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
+  params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
+  state = TrainState(jnp.zeros((), jnp.int32), params, _run_once_on_cpu(tx.init, params))
+  checkpointer = checkpoint.Checkpointer(out)
+  checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
+  checkpointer.close()
+  with open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(config.to_dict(), f, indent=2)
+
+
+def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):
+  """HF ElectraForPreTraining (and ElectraForMaskedLM) directories -> an electra_jax workdir `out`."""
+  disc_config = _read_json(os.path.join(hf_dir, 'config.json'))
+  gen_config = _read_json(os.path.join(generator_dir, 'config.json')) if generator_dir else None
+  model_section = model_section_from_hf(disc_config, gen_config)
+  model = config_lib.from_dict(ModelConfig, model_section, where='model')
+  params = params_from_hf(model, read_hf_weights(hf_dir),
+                          read_hf_weights(generator_dir) if generator_dir else None, seed=seed)
+  has_tokenizer = any(os.path.isfile(os.path.join(hf_dir, n)) for n in TOKENIZER_FILES)
+  write_workdir(out, model_section, params, tokenizer_dir=hf_dir if has_tokenizer else generator_dir)
+
+
+def import_tf(tf_checkpoint: str, out: str, *, seed: int = 0):
+  """Google's original ELECTRA TF checkpoint -> an electra_jax workdir `out` (vocab.txt from its directory)."""
+  weights = read_tf_checkpoint(tf_checkpoint)
+  model_section = model_section_from_tf({k: v.shape for k, v in weights.items()})
+  model = config_lib.from_dict(ModelConfig, model_section, where='model')
+  params = params_from_tf(model, weights, seed=seed)
+  directory = tf_checkpoint if os.path.isdir(tf_checkpoint) else os.path.dirname(os.path.abspath(tf_checkpoint))
+  write_workdir(out, model_section, params, tokenizer_dir=directory)
+
+
+def _pad_id(workdir: str) -> int:
+  """The [PAD] id of the workdir's tokenizer (HF's configs record it), 0 if there is none."""
+  if os.path.isfile(os.path.join(workdir, 'tokenizer.model')):
+    return data.Tokenizer(os.path.join(workdir, 'tokenizer.model')).special.pad
+  if os.path.isfile(os.path.join(workdir, 'vocab.txt')):
+    with open(os.path.join(workdir, 'vocab.txt'), encoding='utf-8') as f:
+      vocab = [line.rstrip('\n') for line in f]
+    return vocab.index('[PAD]') if '[PAD]' in vocab else 0
+  return 0
+
+
+def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
+  """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}."""
+  state_dicts = {DISC: {}, GEN: {}}
+  for path, value in traverse_util.flatten_dict(jax.device_get(params)).items():
+    models, name = hf_name(path)
+    for m in models:
+      state_dicts[m][name] = np.ascontiguousarray(hf_layout(path, np.asarray(value)))
+  return state_dicts
+
+
+def export_hf(workdir: str, out: str, *, step: int | None = None):
+  """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  config, params = checkpoint.load_params(workdir, step)
+  configs = hf_configs(config.model, _pad_id(workdir))
+  for what, state_dict in hf_state_dicts(params).items():
+    directory = os.path.join(out, what)
+    os.makedirs(directory, exist_ok=True)
+    save_file(state_dict, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
+    with open(os.path.join(directory, 'config.json'), 'w', encoding='utf-8') as f:
+      json.dump(configs[what], f, indent=2)
+    _copy_tokenizer_files(workdir, directory)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog='python -m electra_jax.convert', description=__doc__.split('\n')[0])
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument('--from-hf', metavar='HF_DIR', help='an ElectraForPreTraining directory to import')
+  source.add_argument('--from-tf', metavar='TF_CHECKPOINT', help="Google's original TF checkpoint to import")
+  source.add_argument('--checkpoint', metavar='WORKDIR', help='an electra_jax workdir to export (with --to-hf)')
+  parser.add_argument('--from-hf-generator', metavar='GEN_DIR', help='its ElectraForMaskedLM generator')
+  parser.add_argument('--out', metavar='WORKDIR', help='the workdir an import writes')
+  parser.add_argument('--to-hf', metavar='HF_DIR', help='where an export writes discriminator/ and generator/')
+  parser.add_argument('--step', type=int, help='the checkpoint step to export (default: the latest)')
+  parser.add_argument('--seed', type=int, default=0, help='seeds the weights an import has to initialise')
+  args = parser.parse_args(argv)
+  if args.checkpoint and not args.to_hf:
+    parser.error('--checkpoint needs --to-hf HF_DIR')
+  if not args.checkpoint and not args.out:
+    parser.error('--from-hf/--from-tf need --out WORKDIR')
+  if args.from_hf_generator and not args.from_hf:
+    parser.error('--from-hf-generator goes with --from-hf')
+
+  warnings.simplefilter('always', ConversionWarning)
+  warnings.showwarning = lambda message, *_: print(f'warning: {message}', file=sys.stderr)
+  try:
+    if args.from_hf:
+      import_hf(args.from_hf, args.out, generator_dir=args.from_hf_generator, seed=args.seed)
+      print(f'wrote {os.path.abspath(args.out)}')
+    elif args.from_tf:
+      import_tf(args.from_tf, args.out, seed=args.seed)
+      print(f'wrote {os.path.abspath(args.out)}')
+    else:
+      export_hf(args.checkpoint, args.to_hf, step=args.step)
+      print(f'wrote {os.path.join(args.to_hf, DISC)} and {os.path.join(args.to_hf, GEN)}')
+  except (ConversionError, config_lib.ConfigError, data.DataError, checkpoint.CheckpointError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  main()

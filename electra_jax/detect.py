@@ -1,0 +1,124 @@
+"""Replaced-token detection on your own text: the discriminator's probability that each token was replaced.
+
+  python -m electra_jax.detect --checkpoint WORKDIR "the chef ate the meal"
+  python -m electra_jax.detect --checkpoint WORKDIR --json "the chef ate the meal"
+
+WORKDIR is a pre-training run or an import (`python -m electra_jax.convert`). Its tokenizer is
+WORKDIR/tokenizer.model (SentencePiece, what the trainer writes) or WORKDIR/vocab.txt (WordPiece, what Hugging
+Face and Google ship). The text is encoded as [CLS] text [SEP], one segment.
+"""
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from electra_jax import checkpoint, data
+from electra_jax import config as config_lib
+from electra_jax.config import ModelConfig
+from electra_jax.model import Electra
+
+# Sequences are padded to a multiple of this, so texts of similar length share one compiled forward pass.
+LENGTH_BUCKET = 32
+
+
+class DetectError(ValueError):
+  """The workdir cannot be used for detection; the message says why."""
+
+
+class WorkdirTokenizer:
+  """Text -> ([CLS] ids [SEP], their token strings) with the tokenizer a workdir holds."""
+
+  def __init__(self, workdir: str, lowercase: bool):
+    sentencepiece = os.path.join(workdir, 'tokenizer.model')
+    wordpiece = os.path.join(workdir, 'vocab.txt')
+    if os.path.isfile(sentencepiece):
+      self.sentencepiece = data.Tokenizer(sentencepiece, lowercase)
+      self.wordpiece = None
+    elif os.path.isfile(wordpiece):
+      from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+      self.sentencepiece = None
+      self.wordpiece = BertWordPieceTokenizer(wordpiece, lowercase=self._do_lower_case(workdir, lowercase))
+    else:
+      raise DetectError(f'{workdir} has no tokenizer.model (SentencePiece) or vocab.txt (WordPiece)')
+
+  @staticmethod
+  def _do_lower_case(workdir: str, default: bool) -> bool:
+    """HF records casing in tokenizer_config.json; otherwise the run's data.lowercase decides."""
+    path = os.path.join(workdir, 'tokenizer_config.json')
+    if os.path.isfile(path):
+      with open(path, encoding='utf-8') as f:
+        return bool(json.load(f).get('do_lower_case', default))
+    return default
+
+  def encode(self, text: str) -> tuple[list[int], list[str]]:
+    """[CLS] text [SEP] as (ids, tokens), both of length = number of tokens + 2."""
+    if self.wordpiece is not None:
+      encoding = self.wordpiece.encode(text)  # adds [CLS] and [SEP]
+      return list(encoding.ids), list(encoding.tokens)
+    special = self.sentencepiece.special
+    ids = [special.cls] + self.sentencepiece.encode([text])[0] + [special.sep]
+    return ids, self.sentencepiece.pieces(ids)
+
+
+@functools.partial(jax.jit, static_argnames='config')
+def replaced_probabilities(params, input_ids, input_mask, *, config: ModelConfig):
+  """[batch, length] ids and mask -> [batch, length] probability that each token was replaced (deterministic)."""
+  logits = Electra(config).apply({'params': params}, input_ids, jnp.zeros_like(input_ids), input_mask,
+                                 deterministic=True, method='discriminator_logits')
+  return jax.nn.sigmoid(logits)
+
+
+class Detector:
+  """A workdir's discriminator and tokenizer, loaded once for any number of texts."""
+
+  def __init__(self, workdir: str, step: int | None = None):
+    self.tokenizer = WorkdirTokenizer(workdir, checkpoint.load_config(workdir).data.lowercase)  # fails fast
+    self.config, self.params = checkpoint.load_params(workdir, step)
+
+  def __call__(self, text: str) -> list[dict]:
+    """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the model's longest sequence."""
+    ids, tokens = self.tokenizer.encode(text)
+    limit = self.config.model.max_position_embeddings
+    if len(ids) > limit:  # keep [SEP] last, as the model saw in pre-training
+      ids, tokens = ids[:limit - 1] + ids[-1:], tokens[:limit - 1] + tokens[-1:]
+    length = min(limit, -(-len(ids) // LENGTH_BUCKET) * LENGTH_BUCKET)
+    padded = np.zeros((1, length), np.int32)  # padding is masked out of attention: it changes no probability
+    padded[0, :len(ids)] = ids
+    probabilities = jax.device_get(replaced_probabilities(
+        self.params, padded, (np.arange(length) < len(ids)).astype(np.int32)[None], config=self.config.model))[0]
+    return [{'token': t, 'p_replaced': float(p)} for t, p in zip(tokens, probabilities)]
+
+
+def format_table(rows: list[dict]) -> str:
+  """One line per token: the token, its probability of having been replaced, and a bar of that length."""
+  width = max([len('token')] + [len(r['token']) for r in rows])
+  lines = [f'{"token":<{width}}  p_replaced']
+  for r in rows:
+    p = r['p_replaced']
+    lines.append(f'{r["token"]:<{width}}  {p:10.4f}  {"#" * round(20 * p)}')
+  return '\n'.join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog='python -m electra_jax.detect', description=__doc__.split('\n')[0])
+  parser.add_argument('--checkpoint', required=True, metavar='WORKDIR', help='a pre-training run or an import')
+  parser.add_argument('--step', type=int, help='the checkpoint step (default: the latest)')
+  parser.add_argument('--json', action='store_true', help='print [{"token": ..., "p_replaced": ...}, ...]')
+  parser.add_argument('text', nargs='+', help='the text (several arguments are joined by spaces)')
+  args = parser.parse_args(argv)
+  try:
+    rows = Detector(args.checkpoint, args.step)(' '.join(args.text))
+  except (DetectError, checkpoint.CheckpointError, config_lib.ConfigError, data.DataError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  print(json.dumps(rows, ensure_ascii=False) if args.json else format_table(rows))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,328 @@
+"""Hugging Face / TF conversion: names, configs, logits and loss equal to transformers', exact round trips."""
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+
+from electra_jax import checkpoint, convert, masking, objective, sharding  # pylint: disable=g-import-not-at-top
+from electra_jax.config import ModelConfig, ObjectiveConfig
+from electra_jax.model import Electra
+from electra_jax.train_step import Pretraining
+
+VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
+    'the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank water food '
+    'chef meal').split() + [f'##{c}' for c in 'abcdefghijklmnopqrstuvwxyz'] + [f'w{i}' for i in range(43)]
+MASK = 4
+# (embedding size, discriminator hidden, generator hidden, generator layers): E != H with an un-projected
+# generator of half the depth, and E == H with a projected generator.
+SIZES = {'E!=H': (32, 64, 32, 1), 'E==H': (64, 64, 32, 2)}
+
+
+def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0):
+  """A random tiny ElectraForPreTraining / ElectraForMaskedLM pair sharing its embeddings, in eval mode.
+
+  Every weight is perturbed so that LayerNorm scales, biases and the LM bias are not the constants 1 and 0
+  (a swapped or missing mapping then changes the logits).
+  """
+  torch.manual_seed(seed)
+  common = dict(vocab_size=len(VOCAB), embedding_size=embedding_size, max_position_embeddings=32,
+                type_vocab_size=2, hidden_act='gelu', initializer_range=0.1)
+  disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, **common))
+  gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+      hidden_size=gen_hidden, num_hidden_layers=gen_layers, num_attention_heads=max(1, gen_hidden // 64),
+      intermediate_size=4 * gen_hidden, **common))
+  with torch.no_grad():
+    for model in (disc, gen):
+      for p in model.parameters():
+        p.add_(0.1 * torch.randn_like(p))
+    gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+  return disc.eval(), gen.eval()
+
+
+def write_tokenizer_files(directory):
+  with open(os.path.join(directory, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.write('\n'.join(VOCAB) + '\n')
+  with open(os.path.join(directory, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump({'do_lower_case': True, 'tokenizer_class': 'ElectraTokenizer'}, f)
+
+
+def save_hf(tmp_path, disc, gen):
+  disc.save_pretrained(tmp_path / 'hf_disc')
+  gen.save_pretrained(tmp_path / 'hf_gen')
+  write_tokenizer_files(tmp_path / 'hf_disc')
+  return str(tmp_path / 'hf_disc'), str(tmp_path / 'hf_gen')
+
+
+def example_batch():
+  """Two sequences, the second padded after 7 tokens, with both segment ids."""
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, len(VOCAB), size=(2, 12)).astype(np.int32)
+  ids[:, 0] = 2
+  ids[0, -1] = ids[1, 6] = 3
+  ids[1, 7:] = 0
+  mask = (ids != 0).astype(np.int32)
+  segments = np.zeros_like(ids)
+  segments[0, 6:] = 1
+  segments[1, 4:7] = 1
+  return ids, segments, mask
+
+
+def hf_logits(disc, gen, ids, segments, mask):
+  with torch.no_grad():
+    kwargs = dict(attention_mask=torch.tensor(mask), token_type_ids=torch.tensor(segments))
+    return (disc(torch.tensor(ids), **kwargs).logits.numpy(), gen(torch.tensor(ids), **kwargs).logits.numpy())
+
+
+@functools.partial(jax.jit, static_argnames='config')
+def _forward(params, ids, segments, mask, *, config):
+  positions = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
+  gen_logits, disc_logits = Electra(config).apply({'params': params}, ids, segments, mask, positions)
+  return disc_logits, gen_logits, Electra(config).apply({'params': params}, ids, segments, mask, method='encode')
+
+
+def our_logits(model_config, params, ids, segments, mask):
+  """(discriminator logits [batch, length], generator logits [batch, length, vocab], encoder output), deterministic."""
+  return tuple(np.asarray(x) for x in _forward(params, ids, segments, mask, config=model_config))
+
+
+def random_params(model_config, seed=0):
+  """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda s: rng.normal(0, 0.1, s.shape).astype(np.float32),
+                      checkpoint.abstract_params(Electra(model_config)))
+
+
+def assert_logits_close(ours, theirs, mask):
+  real = mask > 0
+  for a, b in zip(ours[:2], theirs):
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a[real], b[real], atol=1e-4, rtol=0)
+
+
+def test_hf_names_are_exactly_transformers_state_dict_keys():
+  model = ModelConfig(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
+                      intermediate_size=96, generator_hidden_fraction=0.5, max_position_embeddings=32)
+  names = {convert.DISC: set(), convert.GEN: set()}
+  for path in traverse_util.flatten_dict(checkpoint.abstract_params(Electra(model))):
+    for what in convert.hf_name(path)[0]:
+      names[what].add(convert.hf_name(path)[1])
+  disc, gen = hf_models(32, 64, 32, 2)
+  assert names[convert.DISC] == set(disc.state_dict())
+  assert names[convert.GEN] == set(gen.state_dict()) - {'generator_lm_head.weight'}  # tied to the embeddings
+  assert convert.hf_name(('discriminator', 'encoder', 'layer_1', 'attention', 'self', 'query', 'kernel')) == (
+      (convert.DISC,), 'electra.encoder.layer.1.attention.self.query.weight')
+
+
+@pytest.fixture(scope='module', params=SIZES.values(), ids=SIZES.keys())
+def imported(request, tmp_path_factory):
+  """HF models saved to disk and imported with the command line: {disc, gen, dirs, workdir, config, params}."""
+  tmp_path = tmp_path_factory.mktemp('imported')
+  disc, gen = hf_models(*request.param)
+  disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
+  convert.main(['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', str(tmp_path / 'run')])
+  config, params = checkpoint.load_params(str(tmp_path / 'run'))
+  return dict(sizes=request.param, disc=disc, gen=gen, disc_dir=disc_dir, gen_dir=gen_dir,
+              workdir=str(tmp_path / 'run'), config=config, params=params)
+
+
+def test_import_hf_pair_gives_transformers_logits(imported):
+  config = imported['config']
+  embedding_size, hidden, gen_hidden, gen_layers = imported['sizes']
+  assert config.model.tower(generator=True).hidden_size == gen_hidden
+  assert config.model.tower(generator=True).num_layers == gen_layers
+  assert (config.model.embedding_size, config.model.hidden_size) == (embedding_size, hidden)
+  assert config.data.lowercase
+  assert sorted(f for f in os.listdir(imported['workdir']) if not f.startswith(('checkpoints', 'config'))) == [
+      'tokenizer_config.json', 'vocab.txt']
+  ids, segments, mask = example_batch()
+  assert_logits_close(our_logits(config.model, imported['params'], ids, segments, mask),
+                      hf_logits(imported['disc'], imported['gen'], ids, segments, mask), mask)
+
+
+@pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
+def test_import_is_a_train_state_the_trainer_resumes_from(imported):
+  config = checkpoint.load_config(imported['workdir'])
+  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=MASK, unk=1), sharding.make_mesh(config.mesh))
+  checkpointer = checkpoint.Checkpointer(imported['workdir'])
+  state, data_state = checkpointer.restore(0, run.abstract_state())
+  checkpointer.close()
+  assert int(state.step) == 0 and data_state == {'epoch': 0, 'batch': 0}
+  jax.tree.map(np.testing.assert_array_equal, state.params, imported['params'])
+  assert all(not np.any(np.asarray(x)) for x in jax.tree.leaves(state.opt_state))  # a fresh Adam: zero moments
+
+
+@pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
+def test_import_discriminator_alone_initialises_the_generator(imported, tmp_path):
+  with pytest.warns(convert.ConversionWarning, match='initialised randomly'):
+    convert.import_hf(imported['disc_dir'], str(tmp_path / 'run'))
+  config, params = checkpoint.load_params(str(tmp_path / 'run'))
+  assert config.model.generator_hidden_fraction == 0.25  # configs/default.py's, as nothing says otherwise
+  for name in ('embeddings', 'discriminator'):  # the same as the pair's, which give transformers' logits
+    jax.tree.map(np.testing.assert_array_equal, params[name], imported['params'][name])
+  generator = params['generator']['encoder']['layer_0']
+  assert generator['attention']['self']['query']['kernel'].shape == (16, 16)
+  np.testing.assert_array_equal(generator['output']['LayerNorm']['scale'], np.ones(16))
+  # Truncated at 2 std, so a little narrower than the config's initializer_range (0.1 in these HF configs).
+  assert 0.8 < np.std(generator['intermediate']['dense']['kernel']) / config.model.initializer_range < 1
+
+
+def test_import_refuses_a_generator_it_cannot_represent(tmp_path):
+  disc, gen = hf_models(*SIZES['E!=H'])
+  disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
+  config = json.loads((tmp_path / 'hf_gen' / 'config.json').read_text())
+  (tmp_path / 'hf_gen' / 'config.json').write_text(json.dumps(dict(config, num_attention_heads=2)))
+  with pytest.raises(convert.ConversionError, match=r'heads = max\(1, 32 // 64\) = 1'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'), generator_dir=gen_dir)
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tmp_path):
+  disc, gen = hf_models(*SIZES['E!=H'])
+  with torch.no_grad():
+    gen.electra.embeddings.LayerNorm.bias.add_(1.0)
+  disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
+  with pytest.warns(convert.ConversionWarning, match='electra.embeddings.LayerNorm.bias'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'), generator_dir=gen_dir)
+  _, params = checkpoint.load_params(str(tmp_path / 'run'))
+  np.testing.assert_array_equal(params['embeddings']['LayerNorm']['bias'],
+                                disc.electra.embeddings.LayerNorm.bias.detach().numpy())
+
+
+def random_workdir(path, model_section, seed=0):
+  """A workdir holding our own model with random parameters, and a WordPiece vocabulary."""
+  model = ModelConfig(**model_section)
+  params = random_params(model, seed)
+  tokenizer_dir = f'{path}_tokenizer'
+  os.makedirs(tokenizer_dir)
+  write_tokenizer_files(tokenizer_dir)
+  convert.write_workdir(str(path), model_section, params, tokenizer_dir=tokenizer_dir)
+  return model, params
+
+
+MODEL_SECTION = dict(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
+                     intermediate_size=96, generator_hidden_fraction=0.5, generator_layers_fraction=0.5,
+                     max_position_embeddings=32)
+
+
+def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):
+  model, params = random_workdir(tmp_path / 'ours', MODEL_SECTION)
+  assert model.embedding_size != model.hidden_size and model.tower(generator=True).hidden_size == 32
+  convert.main(['--checkpoint', str(tmp_path / 'ours'), '--to-hf', str(tmp_path / 'hf')])
+
+  disc_dir, gen_dir = str(tmp_path / 'hf' / 'discriminator'), str(tmp_path / 'hf' / 'generator')
+  assert {'vocab.txt', 'tokenizer_config.json', 'config.json', 'model.safetensors'} <= set(os.listdir(disc_dir))
+  disc, info = transformers.ElectraForPreTraining.from_pretrained(disc_dir, output_loading_info=True)
+  assert not info['missing_keys'] and not info['unexpected_keys'] and not info['mismatched_keys']
+  gen, info = transformers.ElectraForMaskedLM.from_pretrained(gen_dir, output_loading_info=True)
+  assert not info['missing_keys'] and not info['unexpected_keys'] and not info['mismatched_keys']
+  assert gen.generator_lm_head.weight.data_ptr() == gen.electra.embeddings.word_embeddings.weight.data_ptr()
+  encoder, info = transformers.ElectraModel.from_pretrained(disc_dir, output_loading_info=True)
+  assert not info['missing_keys'] and not info['mismatched_keys']
+  assert all(k.startswith('discriminator_predictions.') for k in info['unexpected_keys'])  # the head it lacks
+  assert gen.config.num_hidden_layers == 1 and gen.config.hidden_size == 32
+
+  ids, segments, mask = example_batch()
+  assert_logits_close(our_logits(model, params, ids, segments, mask),
+                      hf_logits(disc.eval(), gen.eval(), ids, segments, mask), mask)
+  with torch.no_grad():
+    hidden = encoder.eval()(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                            token_type_ids=torch.tensor(segments)).last_hidden_state.numpy()
+  ours = our_logits(model, params, ids, segments, mask)[2]
+  np.testing.assert_allclose(ours[mask > 0], hidden[mask > 0], atol=1e-4, rtol=0)
+
+  convert.import_hf(disc_dir, str(tmp_path / 'back'), generator_dir=gen_dir)
+  config, back = checkpoint.load_params(str(tmp_path / 'back'))
+  assert config.model == model
+  flat, flat_back = traverse_util.flatten_dict(params), traverse_util.flatten_dict(back)
+  assert flat.keys() == flat_back.keys()
+  for path, value in flat.items():
+    np.testing.assert_array_equal(np.asarray(flat_back[path]), value, err_msg='/'.join(path))
+
+
+@pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
+def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
+  disc, gen, config, params = imported['disc'], imported['gen'], imported['config'], imported['params']
+  ids, segments, mask = example_batch()
+
+  # Three prediction slots per row; row 1's last slot is padding. Row 0 shows position 7 unmasked (the 15% case).
+  positions = np.array([[3, 7, 9], [1, 5, 2]], np.int32)
+  weights = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+  targets = np.take_along_axis(ids, positions, axis=1)
+  shown = np.where([[1, 0, 1], [1, 1, 0]], MASK, targets)
+  masked_ids = ids.copy()
+  np.put_along_axis(masked_ids, positions, shown, axis=1)
+  # Samples: one equals the original (labelled real), the padding slot's sample must be ignored.
+  samples = np.array([[targets[0, 0], 11, 12], [13, 14, 15]], np.int32)
+  masked = masking.Masked(jnp.asarray(masked_ids), jnp.asarray(positions), jnp.asarray(targets),
+                          jnp.asarray(weights))
+  batch = {'input_ids': jnp.asarray(ids), 'segment_ids': jnp.asarray(segments), 'input_mask': jnp.asarray(mask)}
+  model = Electra(config.model)
+  apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
+  loss_fn = jax.jit(lambda params, batch, masked: objective.replaced_token_loss(
+      apply_fn, params, batch, masked, lambda _: jnp.asarray(samples), config=ObjectiveConfig(), deterministic=True))
+  loss, metrics = loss_fn(params, batch, masked)
+
+  labels = np.full_like(ids, -100)
+  corrupted = ids.copy()
+  for row in range(2):
+    for slot in range(3):
+      if weights[row, slot]:
+        labels[row, positions[row, slot]] = targets[row, slot]
+        corrupted[row, positions[row, slot]] = samples[row, slot]
+  replaced = ((corrupted != ids) & (mask > 0)).astype(np.int64)
+  assert replaced.sum() == 4
+  kwargs = dict(attention_mask=torch.tensor(mask), token_type_ids=torch.tensor(segments))
+  with torch.no_grad():
+    gen_loss = gen(torch.tensor(masked_ids), labels=torch.tensor(labels).long(), **kwargs).loss.item()
+    disc_loss = disc(torch.tensor(corrupted), labels=torch.tensor(replaced), **kwargs).loss.item()
+  np.testing.assert_allclose(float(metrics['gen_loss'][0]), gen_loss, rtol=1e-5)
+  np.testing.assert_allclose(float(metrics['disc_loss'][0]), disc_loss, rtol=1e-5)
+  np.testing.assert_allclose(float(loss), gen_loss + 50 * disc_loss, rtol=1e-5, atol=1e-4)
+
+
+def test_tf_names_follow_google_checkpoints_and_invert():
+  assert convert.tf_name(('embeddings', 'word_embeddings', 'embedding')) == 'electra/embeddings/word_embeddings'
+  assert convert.tf_name(('embeddings', 'LayerNorm', 'scale')) == 'electra/embeddings/LayerNorm/gamma'
+  assert convert.tf_name(('generator', 'encoder', 'layer_0', 'output', 'LayerNorm', 'bias')) == (
+      'generator/encoder/layer_0/output/LayerNorm/beta')
+  assert convert.tf_name(('discriminator', 'embeddings_project', 'kernel')) == 'electra/embeddings_project/kernel'
+  assert convert.tf_name(('discriminator', 'discriminator_predictions', 'dense_prediction', 'kernel')) == (
+      'discriminator_predictions/dense_1/kernel')
+  assert convert.tf_name(('generator', 'generator_lm_head', 'bias')) == 'generator_predictions/output_bias'
+
+  model = ModelConfig(**dict(MODEL_SECTION, num_heads=1))  # TF checkpoints do not store heads: hidden // 64
+  params = random_params(model, seed=3)
+  weights = {convert.tf_name(p): v for p, v in traverse_util.flatten_dict(params).items()}
+  assert len(weights) == len(traverse_util.flatten_dict(params))
+  section = convert.model_section_from_tf({k: v.shape for k, v in weights.items()})
+  assert ModelConfig(**section) == model
+  back = convert.params_from_tf(model, weights, seed=4)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
+  untied = dict(weights, **{'generator/embeddings/LayerNorm/beta': weights['electra/embeddings/LayerNorm/beta'] + 1})
+  with pytest.warns(convert.ConversionWarning, match='generator/embeddings/LayerNorm/beta'):
+    back = convert.params_from_tf(model, untied)
+  np.testing.assert_array_equal(back['embeddings']['LayerNorm']['bias'], params['embeddings']['LayerNorm']['bias'])
+  with pytest.raises(convert.ConversionError, match='unexpected TF variables: electra/pooler/dense/kernel'):
+    convert.params_from_tf(model, dict(weights, **{'electra/pooler/dense/kernel': np.zeros((64, 64))}))
+
+
+def test_from_tf_without_tensorflow_says_how_to_install_it(tmp_path, capsys):
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    pytest.skip('tensorflow is installed')
+  except ImportError:
+    pass
+  with pytest.raises(SystemExit) as exit_info:
+    convert.main(['--from-tf', str(tmp_path / 'model.ckpt'), '--out', str(tmp_path / 'run')])
+  assert exit_info.value.code == 1
+  assert 'pip install tensorflow' in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""The replaced-token detector on our own (SentencePiece) and imported (WordPiece) checkpoints."""
+
+import functools
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import default
+from electra_jax import checkpoint, config as config_lib, data, detect, optimizer
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.model import Electra
+from electra_jax.train_step import TrainState
+
+MODEL = dict(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+             generator_hidden_fraction=0.5, max_position_embeddings=24)
+
+
+@pytest.fixture(scope='module')
+def own_run(tmp_path_factory, corpus_file, cache_dir):
+  """A workdir laid out as the trainer writes it (config.json with model.vocab_size 0, tokenizer.model,
+  checkpoints/7/) holding a random tiny model; returns (workdir, tokenizer, params)."""
+  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=60, cache_dir=cache_dir))
+  workdir = str(tmp_path_factory.mktemp('run'))
+  config = default.get_config()
+  config.model.update(MODEL)
+  config.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir)
+  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(config.to_dict(), f)
+  shutil.copyfile(tokenizer.model_file, os.path.join(workdir, 'tokenizer.model'))
+  c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
+  rng = np.random.default_rng(0)
+  params = jax.tree_util.tree_map_with_path(  # LayerNorm scales near 1, so the tokens stay distinguishable
+      lambda path, s: jnp.asarray((path[-1].key == 'scale') + rng.normal(0, 0.3, s.shape), jnp.float32),
+      checkpoint.abstract_params(Electra(c.model)))
+  tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
+  checkpointer = Checkpointer(workdir)
+  state = TrainState(jnp.asarray(7, jnp.int32), params, jax.jit(tx.init)(params))
+  checkpointer.save(7, state, {'epoch': 0, 'batch': 7})
+  checkpointer.close()
+  return workdir, tokenizer, c.model, params
+
+
+def test_json_gives_each_token_its_discriminator_probability(own_run, capsys):
+  workdir, tokenizer, model_config, params = own_run
+  detect.main(['--checkpoint', workdir, '--json', 'The CAT sat', 'on the mat'])
+  rows = json.loads(capsys.readouterr().out)
+
+  ids = [tokenizer.special.cls] + tokenizer.encode(['the cat sat on the mat'])[0] + [tokenizer.special.sep]
+  assert [r['token'] for r in rows] == tokenizer.pieces(ids)
+  assert rows[0]['token'] == '[CLS]' and rows[-1]['token'] == '[SEP]' and len(rows) > 4
+  ids = jnp.asarray([ids])  # unpadded, unlike the detector's input
+  logits = jax.jit(functools.partial(Electra(model_config).apply, method='discriminator_logits'))(
+      {'params': params}, ids, jnp.zeros_like(ids), jnp.ones_like(ids))[0]
+  expected = 1 / (1 + np.exp(-np.asarray(logits, np.float64)))
+  np.testing.assert_allclose([r['p_replaced'] for r in rows], expected, atol=1e-6)
+  assert np.ptp(expected) > 0.01  # random weights give the tokens different probabilities
+
+
+def test_table_lists_tokens_aligned_with_probabilities(own_run, capsys):
+  workdir = own_run[0]
+  detect.main(['--checkpoint', workdir, '--json', 'the dog ran'])
+  rows = json.loads(capsys.readouterr().out)
+  detect.main(['--checkpoint', workdir, 'the dog ran'])
+  lines = capsys.readouterr().out.rstrip('\n').split('\n')
+  assert lines[0].split() == ['token', 'p_replaced'] and len(lines) == len(rows) + 1
+  column = lines[0].index('p_replaced')
+  for line, row in zip(lines[1:], rows):
+    assert line.split()[0] == row['token']
+    assert line[column:column + 10].strip() == f'{row["p_replaced"]:.4f}'
+
+
+def test_long_text_is_cut_to_the_position_table(own_run):
+  rows = detect.Detector(own_run[0])(' '.join(['the cat sat on the mat'] * 20))
+  assert len(rows) == MODEL['max_position_embeddings'] and rows[-1]['token'] == '[SEP]'
+
+
+def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys):
+  torch = pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  from electra_jax import convert  # pylint: disable=g-import-not-at-top
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'chef', 'ate', 'meal', 'a', '##s', '!']
+  torch.manual_seed(0)
+  common = dict(vocab_size=len(vocab), embedding_size=16, max_position_embeddings=24, initializer_range=0.5)
+  disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, **common)).eval()
+  gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+      hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=64, **common))
+  gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+  disc.save_pretrained(tmp_path / 'disc')
+  gen.save_pretrained(tmp_path / 'gen')
+  (tmp_path / 'disc' / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+  (tmp_path / 'disc' / 'tokenizer_config.json').write_text(json.dumps({'do_lower_case': True}))
+  convert.import_hf(str(tmp_path / 'disc'), str(tmp_path / 'run'), generator_dir=str(tmp_path / 'gen'))
+
+  detect.main(['--checkpoint', str(tmp_path / 'run'), '--json', 'The chef ate the meals!'])
+  rows = json.loads(capsys.readouterr().out)
+  hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'disc'))
+  encoded = hf_tokenizer('The chef ate the meals!', return_tensors='pt')
+  assert [r['token'] for r in rows] == hf_tokenizer.convert_ids_to_tokens(encoded['input_ids'][0])
+  assert [r['token'] for r in rows] == ['[CLS]', 'the', 'chef', 'ate', 'the', 'meal', '##s', '!', '[SEP]']
+  with torch.no_grad():
+    expected = torch.sigmoid(disc(**encoded).logits[0]).numpy()
+  np.testing.assert_allclose([r['p_replaced'] for r in rows], expected, atol=1e-5)
+
+
+def test_workdir_without_tokenizer_is_one_clear_error(own_run, tmp_path, capsys):
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(own_run[0], workdir)
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    values = json.load(f)
+  values['model']['vocab_size'] = 60
+  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(values, f)
+  os.remove(os.path.join(workdir, 'tokenizer.model'))
+  with pytest.raises(SystemExit) as exit_info:
+    detect.main(['--checkpoint', workdir, 'the cat'])
+  assert exit_info.value.code == 1
+  assert 'no tokenizer.model (SentencePiece) or vocab.txt (WordPiece)' in capsys.readouterr().err
