@@ -43,3 +43,37 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope='session')
 def corpus_file(tmp_path_factory):
   return make_corpus(tmp_path_factory.mktemp('corpus') / 'corpus.txt', documents=80)
+
+
+GRAMMAR = {
+    'det': 'the a every some'.split(),
+    'adj': 'big small red old young happy'.split(),
+    'noun': 'cat dog bird king woman child horse tree'.split(),
+    'verb': 'saw found loved fed followed carried'.split(),
+    'prep': 'near under behind beside'.split(),
+}
+TEMPLATES = (('det', 'adj', 'noun', 'verb', 'det', 'noun'),
+             ('det', 'noun', 'verb', 'det', 'adj', 'noun', 'prep', 'det', 'noun'),
+             ('det', 'adj', 'adj', 'noun', 'verb', 'det', 'noun'))
+
+
+def make_grammar_corpus(path, *, documents: int = 150, seed: int = 0) -> str:
+  """A corpus where context predicts each word's class (a noun follows a determiner or adjective, ...).
+
+  A replaced token is detectable from its neighbours, so replaced-token detection is learnable in few steps;
+  random-word corpora (make_corpus) offer no such signal.
+  """
+  rng = random.Random(seed)
+  lines = []
+  for _ in range(documents):
+    for _ in range(rng.randint(4, 10)):
+      lines.append(' '.join(rng.choice(GRAMMAR[c]) for c in rng.choice(TEMPLATES)) + ' .')
+    lines.append('')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(lines) + '\n')
+  return str(path)
+
+
+@pytest.fixture(scope='session')
+def grammar_corpus(tmp_path_factory):
+  return make_grammar_corpus(tmp_path_factory.mktemp('grammar') / 'grammar.txt')
