@@ -9,6 +9,7 @@ text, the tokenizer, max_length, the seed and the chunk size, never on how many 
 import collections
 import dataclasses
 import datetime
+import itertools
 import multiprocessing
 import os
 import shutil
@@ -81,7 +82,9 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
   ahead so memory stays flat on any corpus size.
   """
   tasks = ((i, chunk, seed, max_length) for i, chunk in enumerate(chunk_documents(source.documents(), chunk_chars)))
-  if processes <= 1:
+  first = list(itertools.islice(tasks, 2))
+  tasks = itertools.chain(first, tasks)
+  if processes <= 1 or len(first) < 2:  # one chunk: not worth starting processes
     for index, chunk, _, _ in tasks:
       yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length)
     return
@@ -112,7 +115,9 @@ def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, 
                                        np.concatenate([c.segment_ids for c in chunks]))
 
 
-def _prepare_output(output: str, overwrite: bool):
+def check_output(output: str, overwrite: bool):
+  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`."""
+  output = os.path.abspath(os.path.expanduser(output))
   if os.path.isdir(output) and not os.listdir(output):
     return
   if os.path.exists(output):
@@ -134,7 +139,7 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
   `processes` 0 uses every CPU core; `progress(metadata_so_far)` is called after each chunk.
   """
   output = os.path.abspath(os.path.expanduser(output))
-  _prepare_output(output, overwrite)
+  check_output(output, overwrite)
   processes = processes or os.cpu_count() or 1
   parent = os.path.dirname(output)
   os.makedirs(parent, exist_ok=True)

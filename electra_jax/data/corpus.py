@@ -116,6 +116,7 @@ class TfdsText:
                       'tensorflow-datasets array_record') from None
     self.name, self.split, self.data_dir, self.text_field = name, split, data_dir, text_field
     self.skipped = collections.Counter()
+    self._batched_reads = True
     try:
       self.records = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # tfds raises many types for unknown, unprepared or non-ArrayRecord datasets
@@ -151,8 +152,11 @@ class TfdsText:
     return document
 
   def _read(self, indices: list[int]) -> list:
-    if hasattr(self.records, '__getitems__'):
-      return self.records.__getitems__(indices)
+    if self._batched_reads:
+      try:
+        return self.records.__getitems__(indices)
+      except TypeError:  # tfds.testing.mock_data's stand-in source has no working batched read
+        self._batched_reads = False
     return [self.records[i] for i in indices]
 
   def documents(self, block: int = 1024) -> Iterator[list[str]]:

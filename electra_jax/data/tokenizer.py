@@ -16,7 +16,7 @@ import tempfile
 from typing import Iterable, Sequence
 
 from electra_jax.data.corpus import DataError
-from electra_jax.masking import SpecialIds
+from electra_jax.masking import SpecialIds  # pylint: disable=unused-import  (re-exported)
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
