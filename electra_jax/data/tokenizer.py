@@ -11,12 +11,13 @@ and casing), and `load(directory)` reads them back: that is how a run's workdir 
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from typing import Iterable, Sequence
 
 from electra_jax.data.corpus import DataError
-from electra_jax.masking import SpecialIds  # pylint: disable=unused-import  (re-exported)
+from electra_jax.masking import SpecialIds
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
@@ -208,7 +209,7 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
   """Trains a tokenizer on `lines` and saves it into directory `output` (see `Tokenizer.save`).
 
   `kind` is 'unigram' or 'bpe' (SentencePiece) or 'wordpiece' (BERT vocab.txt); [PAD] [UNK] [CLS] [SEP] [MASK]
-  get ids 0..4.
+  get ids 0..4. Both trainers see a uniform sample of at most `max_sentences` lines.
   """
   if kind not in TYPES:
     raise DataError(f'unknown tokenizer type {kind!r}; choose one of {", ".join(TYPES)}')
@@ -216,12 +217,23 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
   with tempfile.TemporaryDirectory(dir=output) as tmp:
     lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
     if kind == 'wordpiece':
-      tokenizer = _train_wordpiece(lines, tmp, vocab_size=vocab_size, lowercase=lowercase)
+      tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)
     else:
       tokenizer = _train_sentencepiece(lines, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
                                        max_sentences=max_sentences)
     tokenizer.save(output)
   return load(output)
+
+
+def _sample(lines: Iterable[str], count: int, seed: int = 0) -> list[str]:
+  """A uniform sample of `count` lines (all of them if there are fewer), in corpus order: reservoir sampling."""
+  rng, sample = random.Random(seed), []
+  for i, line in enumerate(lines):
+    if i < count:
+      sample.append((i, line))
+    elif (j := rng.randrange(i + 1)) < count:
+      sample[j] = (i, line)
+  return [line for _, line in sorted(sample)]
 
 
 def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
@@ -235,8 +247,8 @@ def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase,
         input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
         minloglevel=2)
   except RuntimeError as e:
-    raise DataError(f'training the SentencePiece tokenizer failed: {str(e).rstrip(".")}. A small corpus supports only a '
-                    'small vocabulary: lower data.vocab_size') from None
+    raise DataError(f'training the SentencePiece tokenizer failed: {str(e).rstrip(".")}. A small corpus supports '
+                    'only a small vocabulary: lower data.vocab_size') from None
   return SentencePieceTokenizer(prefix + '.model', lowercase)
 
 
