@@ -84,10 +84,15 @@ def bench_packing(documents, tokenizer, max_length, processes):
       f'{examples} examples of {max_length}')
   source = InMemoryText(documents, 'subset')
   wall, cpu = time.perf_counter(), _cpu_with_children()
-  for _ in build_lib.pack_source(source, tokenizer, max_length=max_length, seed=0, processes=processes):
-    pass
-  row(f'{tokenizer.kind}: tokenize+pack, {processes} processes', tokens, time.perf_counter() - wall,
-      _cpu_with_children() - cpu, 'process start-up included')
+  first = None  # (time, tokens) when the first chunk came back: the workers have started
+  done = 0
+  for chunk in build_lib.pack_source(source, tokenizer, max_length=max_length, seed=0, processes=processes):
+    done += chunk.source_tokens
+    first = first or (time.perf_counter(), done)
+  end = time.perf_counter()
+  steady = (done - first[1]) / (end - first[0])
+  row(f'{tokenizer.kind}: tokenize+pack, {processes} processes', tokens, end - wall, _cpu_with_children() - cpu,
+      f'process start-up included; {steady / 1e3:,.0f}k tokens/s after the first chunk')
   return tokens
 
 

@@ -66,6 +66,7 @@ _worker_tokenizer = None
 
 def _init_worker(tokenizer: Tokenizer):
   global _worker_tokenizer
+  os.environ['TOKENIZERS_PARALLELISM'] = 'false'  # read at each batch encode: one thread per worker
   _worker_tokenizer = tokenizer
 
 
@@ -89,7 +90,6 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
       yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length)
     return
   # Each worker tokenizes single-threaded: the processes are the parallelism.
-  os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
   worker_tokenizer = type(tokenizer)(tokenizer.model_file, tokenizer.lowercase, 1)
   # spawn, not fork: the parent may run JAX or tokenizer threads, which fork would copy mid-operation.
   context = multiprocessing.get_context('spawn')
