@@ -12,7 +12,6 @@ Prints one markdown table row per measurement.
 
 import argparse
 import collections
-import glob
 import os
 import resource
 import sys

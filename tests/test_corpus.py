@@ -1,5 +1,6 @@
 """Text sources: files, directories, globs, gzip, tfds (mock data), and every kind of bad input."""
 
+import collections
 import gzip
 
 import pytest
@@ -86,12 +87,11 @@ def test_tfds_source_with_mock_data(cache_dir):
 
 
 def test_tfds_paragraphs_and_skips():
-  source = corpus.TfdsText.__new__(corpus.TfdsText)
-  source.text_field, source.skipped = 'text', corpus.collections.Counter()
-  assert source._document({'text': 'First paragraph.\n\n  Second one. \n'}) == ['First paragraph.', 'Second one.']
-  assert source._document({'text': b'bytes \xc3\xa9'}) == ['bytes \xe9']
-  assert source._document({'text': '  \n'}) == [] and source._document({'text': b'\xff'}) == []
-  assert dict(source.skipped) == {'empty records': 1, 'records not valid UTF-8': 1}
+  skipped = collections.Counter()
+  assert corpus.paragraphs('First paragraph.\n\n  Second one. \n', skipped) == ['First paragraph.', 'Second one.']
+  assert corpus.paragraphs(b'bytes \xc3\xa9', skipped) == ['bytes \xe9']
+  assert corpus.paragraphs('  \n', skipped) == [] and corpus.paragraphs(b'\xff', skipped) == []
+  assert dict(skipped) == {'empty records': 1, 'records not valid UTF-8': 1}
 
 
 def test_tfds_dataset_not_prepared(tmp_path):

@@ -136,20 +136,7 @@ class TfdsText:
     return f'tensorflow-datasets {self.name} split {self.split} ({len(self.records)} records)'
 
   def _document(self, record) -> list[str]:
-    text = record[self.text_field]
-    if isinstance(text, bytes):
-      try:
-        text = text.decode('utf-8')
-      except UnicodeDecodeError:
-        self.skipped['records not valid UTF-8'] += 1
-        return []
-    if not isinstance(text, str):
-      self.skipped[f'records whose {self.text_field!r} is not text'] += 1
-      return []
-    document = [line.strip() for line in text.split('\n') if line.strip()]
-    if not document:
-      self.skipped['empty records'] += 1
-    return document
+    return paragraphs(record[self.text_field], self.skipped, self.text_field)
 
   def _read(self, indices: list[int]) -> list:
     if self._batched_reads:
@@ -183,6 +170,23 @@ class TfdsText:
     info = self.records.dataset_info
     return [self.name, self.split, os.path.abspath(self.data_dir) if self.data_dir else '', info.full_name,
             len(self.records)]
+
+
+def paragraphs(text, skipped: collections.Counter, field: str = 'text') -> list[str]:
+  """A tfds record's text (str or UTF-8 bytes) as a document: its non-empty lines; unusable text is counted."""
+  if isinstance(text, bytes):
+    try:
+      text = text.decode('utf-8')
+    except UnicodeDecodeError:
+      skipped['records not valid UTF-8'] += 1
+      return []
+  if not isinstance(text, str):
+    skipped[f'records whose {field!r} is not text'] += 1
+    return []
+  document = [line.strip() for line in text.split('\n') if line.strip()]
+  if not document:
+    skipped['empty records'] += 1
+  return document
 
 
 def open_source(source: str, *, text_field: str = 'text', tfds_split: str = 'train',
