@@ -56,11 +56,17 @@ def get_config():
   config.optimizer.bias_correction = False  # The official ELECTRA Adam has none.
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = ''  # Text files (glob, directory, .gz ok); '': the quickstart corpus in the package.
-  config.data.tokenizer = ''  # A SentencePiece .model; '': train one on the source (cached).
+  # Text files (glob, directory, .gz ok), 'tfds:NAME[/CONFIG]', or a directory `python -m electra_jax.data build`
+  # wrote; '': the quickstart corpus in the package.
+  config.data.source = ''
+  config.data.tokenizer = ''  # A SentencePiece .model, a WordPiece vocab.txt or a saved dir; '': train one (cached).
+  config.data.tokenizer_type = 'unigram'  # Tokenizer trained here: 'unigram' or 'bpe' (SentencePiece), 'wordpiece'.
   config.data.vocab_size = 8000  # Size of a tokenizer trained here.
   config.data.lowercase = True  # Lower-case text before tokenizing (uncased model).
   config.data.max_seq_length = 128  # Tokens per example, [CLS]/[SEP] included.
+  config.data.text_field = 'text'  # tfds sources: the feature holding a document's text.
+  config.data.tfds_split = 'train'  # tfds sources: the split to read (tfds slicing syntax works).
+  config.data.tfds_data_dir = ''  # tfds sources: tfds data_dir; '': ~/tensorflow_datasets or $TFDS_DATA_DIR.
   config.data.cache_dir = ''  # Tokenizer and packed-data cache; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
 
   config.mesh = ml_collections.ConfigDict()

@@ -1,12 +1,12 @@
 """The pre-training loop: data, state (fresh or restored), the compiled step, logging, checkpoints, signals.
 
-Outputs under WORKDIR: config.json, tokenizer.model, metrics.jsonl, tensorboard/, checkpoints/<step>/.
+Outputs under WORKDIR: config.json, the tokenizer (tokenizer.model or vocab.txt, electra_tokenizer.json),
+metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
 
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -81,17 +81,16 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   if c.model.vocab_size != tokenizer.vocab_size:
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
-  input_ids, segment_ids = data.load_examples(data_config, tokenizer, seed=c.seed)
+  examples = data.load_examples(data_config, tokenizer, seed=c.seed)
 
   if jax.process_index() == 0:
     with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
       json.dump(config_dict, f, indent=2)
-    if not os.path.exists(os.path.join(workdir, 'tokenizer.model')):
-      shutil.copyfile(tokenizer.model_file, os.path.join(workdir, 'tokenizer.model'))
+    tokenizer.save(workdir)
 
   mesh = sharding.make_mesh(c.mesh)
   run = Pretraining(c, tokenizer.special, mesh)
-  batches = data.BatchIterator(input_ids, segment_ids, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
+  batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints)
   latest = checkpointer.latest_step()

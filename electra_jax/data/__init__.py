@@ -1,32 +1,52 @@
 """Pre-training data: text -> tokenizer -> packed examples -> batches.
 
-`load(config)` is what the trainer calls. Tokenizers trained here and packed examples are cached under
-`data.cache_dir`, keyed by the source files (path, size, mtime) and the settings, so a second run starts at once.
+What the trainer calls: `load_tokenizer(config)`, `load_examples(config, tokenizer, seed)` and `BatchIterator`.
+`data.source` is text files, `tfds:NAME[/CONFIG]`, or a directory `python -m electra_jax.data build` wrote. Text
+sources are packed in memory on first use; that and any tokenizer trained here are cached under `data.cache_dir`,
+keyed by the source (paths, sizes, mtimes) and the settings, so a second run starts at once. Large corpora are
+built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on demand.
 """
 
 import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 
 import numpy as np
 
-from electra_jax.data import corpus, packing
+from electra_jax.data import build as build_lib
+from electra_jax.data import corpus
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.corpus import DataError
 from electra_jax.data.loader import BatchIterator
-from electra_jax.data.tokenizer import Tokenizer, train_sentencepiece
+from electra_jax.data.tokenizer import Tokenizer
 
-__all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokenizer', 'load_examples']
+__all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokenizer', 'load_examples',
+           'open_source']
+
+TOKENIZER_SAMPLE_LINES = 2_000_000
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
+  """`config.data`: see configs/default.py for what each key means."""
   source: str = ''
   tokenizer: str = ''
+  tokenizer_type: str = 'unigram'
   vocab_size: int = 8000
   lowercase: bool = True
   max_seq_length: int = 128
+  text_field: str = 'text'
+  tfds_split: str = 'train'
+  tfds_data_dir: str = ''
   cache_dir: str = ''
+
+  def __post_init__(self):
+    if self.tokenizer_type not in tokenizer_lib.TYPES:
+      raise DataError(f'data.tokenizer_type must be one of {", ".join(tokenizer_lib.TYPES)}, '
+                      f'got {self.tokenizer_type!r}')
 
 
 def cache_dir(config: DataConfig) -> str:
@@ -37,40 +57,56 @@ def _fingerprint(*parts) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _files_fingerprint(files: list[str]):
-  return [(os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))) for f in files]
+def open_source(config: DataConfig) -> corpus.TextFiles | corpus.TfdsText:
+  """The text source of `config` (not for a built directory: see `examples.is_built`)."""
+  return corpus.open_source(config.source, text_field=config.text_field, tfds_split=config.tfds_split,
+                            tfds_data_dir=config.tfds_data_dir)
 
 
 def load_tokenizer(config: DataConfig) -> Tokenizer:
-  """The configured SentencePiece model, or one trained on the source (once; then read from the cache)."""
+  """`data.tokenizer`; else the one a built `data.source` was made with; else one trained on the source (cached)."""
   if config.tokenizer:
-    return Tokenizer(config.tokenizer, config.lowercase)
-  files = corpus.resolve_files(config.source)
-  key = _fingerprint(_files_fingerprint(files), config.vocab_size, config.lowercase)
-  model_file = os.path.join(cache_dir(config), f'spm-{config.vocab_size}-{key}.model')
-  if os.path.exists(model_file):
-    return Tokenizer(model_file, config.lowercase)
-  lines = (line for document in corpus.read_documents(files) for line in document)
-  return train_sentencepiece(lines, model_file, vocab_size=config.vocab_size, lowercase=config.lowercase)
+    return tokenizer_lib.load(config.tokenizer, config.lowercase)
+  if examples_lib.is_built(config.source):
+    return tokenizer_lib.load(os.path.expanduser(config.source))
+  source = open_source(config)
+  key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
+  directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
+  if os.path.exists(os.path.join(directory, tokenizer_lib.CONFIG_FILE)):  # written last: the tokenizer is complete
+    return tokenizer_lib.load(directory, config.lowercase)
+  return tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), directory, vocab_size=config.vocab_size,
+                             kind=config.tokenizer_type, lowercase=config.lowercase,
+                             max_sentences=TOKENIZER_SAMPLE_LINES)
 
 
-def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """Packed (input_ids, segment_ids) [num_examples, max_seq_length] for the source; cached as .npz."""
-  files = corpus.resolve_files(config.source)
-  with open(tokenizer.model_file, 'rb') as f:
-    tokenizer_hash = hashlib.sha256(f.read()).hexdigest()
-  key = _fingerprint(_files_fingerprint(files), tokenizer_hash, config.lowercase, config.max_seq_length, seed)
+def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
+  """The packed examples of `data.source`: a built directory's shards, or text packed in memory (cached .npz).
+
+  Returns a store with `len()`, `max_length` and `read(indices)` for `BatchIterator`. `seed` drives the packing
+  of text sources; a built directory was packed with the seed given to `build`.
+  """
+  if examples_lib.is_built(config.source):
+    built = examples_lib.ArrayRecordExamples(config.source)
+    metadata = built.metadata
+    if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
+      raise DataError(f'{config.source} was built with another tokenizer than {tokenizer.model_file} '
+                      f'(lowercase={tokenizer.lowercase}); leave data.tokenizer empty to use the one saved with it')
+    if metadata['max_seq_length'] != config.max_seq_length:
+      raise DataError(f'{config.source} holds examples of max_seq_length={metadata["max_seq_length"]}, but '
+                      f'data.max_seq_length={config.max_seq_length}; set it to match or rebuild the data')
+    return built
+  source = open_source(config)
+  key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
+                     build_lib.CHUNK_CHARS)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
   if os.path.exists(path):
     with np.load(path) as cached:
-      return cached['input_ids'], cached['segment_ids']
-  documents = (tokenizer.encode(document) for document in corpus.read_documents(files))
-  input_ids, segment_ids = packing.pack_documents(documents, tokenizer.special, config.max_seq_length, seed)
-  if not len(input_ids):
-    raise DataError(f'data.source={config.source!r} holds no text (every line is empty); give a corpus with '
-                    'one sentence or paragraph per line')
+      return examples_lib.InMemoryExamples(cached['input_ids'].astype(np.int32),
+                                           cached['segment_ids'].astype(np.int32))
+  examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + f'.tmp{os.getpid()}.npz'
-  np.savez(tmp, input_ids=input_ids, segment_ids=segment_ids)
-  os.replace(tmp, path)
-  return input_ids, segment_ids
+  with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix='.npz', delete=False) as f:
+    np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),
+             segment_ids=examples.segment_ids.astype(np.uint8))
+  os.replace(f.name, path)
+  return examples

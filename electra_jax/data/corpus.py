@@ -1,15 +1,23 @@
-"""Reading pre-training text: files, directories or globs of plain or gzipped UTF-8 text.
+"""Pre-training text sources, read as documents (each a list of non-empty lines).
 
-Format (as the official ELECTRA builder expects): one sentence or paragraph per line, a blank line between
-documents. Problems with the input are `DataError`s whose message says what to do.
+Two kinds, chosen by `data.source` (see `open_source`):
+  * local text: a file, a directory or a glob of plain or gzipped UTF-8 text with one sentence or paragraph per line
+    and a blank line between documents, as the official ELECTRA builder expects ('' = the quickstart corpus);
+  * `tfds:NAME[/CONFIG][:VERSION]`: a tensorflow-datasets dataset read through `tfds.data_source` (ArrayRecord
+    files, no TensorFlow needed); each record is a document whose text field is split into paragraphs on newlines.
+Problems with the input are `DataError`s whose message says what to do; records that cannot be used (empty,
+undecodable) are skipped and counted in `skipped`.
 """
 
+import collections
 import glob
 import gzip
 import os
+import random
 from typing import Iterator
 
 QUICKSTART = os.path.join(os.path.dirname(__file__), 'quickstart', 'kjv.txt.gz')
+TFDS_PREFIX = 'tfds:'
 
 
 class DataError(ValueError):
@@ -20,14 +28,16 @@ def resolve_files(source: str) -> list[str]:
   """Expands `source` (a file, a directory, or a glob; '' = the quickstart corpus) to a sorted file list."""
   if not source:
     return [QUICKSTART]
+  source = os.path.expanduser(source)
   if os.path.isdir(source):
     files = [os.path.join(root, f) for root, _, names in os.walk(source) for f in names if not f.startswith('.')]
   else:
-    files = glob.glob(os.path.expanduser(source))
+    files = glob.glob(source)
   files = sorted(f for f in files if os.path.isfile(f))
   if not files:
     raise DataError(f'no text files found at data.source={source!r}; give a file, a directory or a glob '
-                    "such as 'corpus/*.txt.gz' (leave it empty for the built-in quickstart corpus)")
+                    "such as 'corpus/*.txt.gz', or 'tfds:NAME' for a tensorflow-datasets dataset (leave it empty "
+                    'for the built-in quickstart corpus)')
   return files
 
 
@@ -39,16 +49,19 @@ def _open(path: str):
 
 def read_lines(path: str) -> Iterator[str]:
   """Yields the lines of one text file (blank lines kept: they separate documents)."""
-  with _open(path) as f:
-    for number, raw in enumerate(f, 1):
-      if b'\x00' in raw:
-        raise DataError(f'{path} line {number} contains NUL bytes: it looks like a binary file, not text; '
-                        'remove it from data.source')
-      try:
-        yield raw.decode('utf-8').rstrip('\r\n')
-      except UnicodeDecodeError as e:
-        raise DataError(f'{path} line {number} is not valid UTF-8 ({e.reason}); convert the file to UTF-8 '
-                        '(e.g. iconv -f latin1 -t utf-8) or remove it from data.source') from None
+  try:
+    with _open(path) as f:
+      for number, raw in enumerate(f, 1):
+        if b'\x00' in raw:
+          raise DataError(f'{path} line {number} contains NUL bytes: it looks like a binary file, not text; '
+                          'remove it from data.source')
+        try:
+          yield raw.decode('utf-8').rstrip('\r\n')
+        except UnicodeDecodeError as e:
+          raise DataError(f'{path} line {number} is not valid UTF-8 ({e.reason}); convert the file to UTF-8 '
+                          '(e.g. iconv -f latin1 -t utf-8) or remove it from data.source') from None
+  except (OSError, EOFError) as e:  # unreadable, or a truncated/corrupt .gz
+    raise DataError(f'cannot read {path}: {e}; fix or remove the file') from None
 
 
 def read_documents(files: list[str]) -> Iterator[list[str]]:
@@ -64,3 +77,121 @@ def read_documents(files: list[str]) -> Iterator[list[str]]:
         document = []
     if document:
       yield document
+
+
+class TextFiles:
+  """Local text files (see the module docstring), in sorted path order."""
+
+  def __init__(self, source: str):
+    self.source = source
+    self.files = resolve_files(source)
+    self.skipped = collections.Counter()
+
+  def __str__(self) -> str:
+    return f'{len(self.files)} text file(s) at {self.source or QUICKSTART!r}'
+
+  def documents(self) -> Iterator[list[str]]:
+    return read_documents(self.files)
+
+  def lines(self, max_lines: int) -> Iterator[str]:
+    """Lines to train a tokenizer on: all of them (the trainers sample at most `max_lines` themselves)."""
+    del max_lines
+    return (line for document in self.documents() for line in document)
+
+  def fingerprint(self) -> list:
+    """What identifies the text for caches: each file's path, size and modification time."""
+    return [(os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))) for f in self.files]
+
+
+class TfdsText:
+  """A tensorflow-datasets split read through `tfds.data_source`: one document per record."""
+
+  def __init__(self, name: str, *, split: str = 'train', data_dir: str = '', text_field: str = 'text'):
+    try:
+      import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+      # Without TensorFlow tfds does not register all text builders (wikipedia, c4, ...) until this import.
+      import tensorflow_datasets.text  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError as e:
+      raise DataError(f'data.source=tfds:{name} needs tensorflow-datasets ({e}); pip install '
+                      'tensorflow-datasets array_record') from None
+    self.name, self.split, self.data_dir, self.text_field = name, split, data_dir, text_field
+    self.skipped = collections.Counter()
+    self._batched_reads = True
+    try:
+      self.records = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
+    except Exception as e:  # tfds raises many types for unknown, unprepared or non-ArrayRecord datasets
+      first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise DataError(
+          f'cannot open tensorflow-datasets {name!r} split {split!r} ({first_line}). Prepare it first in '
+          f'ArrayRecord format: `tfds build {name} --file_format=array_record` (on a machine with TensorFlow), and '
+          'point data.tfds_data_dir at its data_dir if it is not ~/tensorflow_datasets') from None
+    if not len(self.records):
+      raise DataError(f'tensorflow-datasets {name!r} split {split!r} holds no records')
+    fields = set(self.records.dataset_info.features.keys())
+    if text_field not in fields:
+      raise DataError(f'tensorflow-datasets {name!r} has no field {text_field!r}; set data.text_field to one of '
+                      f'{sorted(fields)}')
+
+  def __str__(self) -> str:
+    return f'tensorflow-datasets {self.name} split {self.split} ({len(self.records)} records)'
+
+  def _document(self, record) -> list[str]:
+    return paragraphs(record[self.text_field], self.skipped, self.text_field)
+
+  def _read(self, indices: list[int]) -> list:
+    if self._batched_reads:
+      try:
+        return self.records.__getitems__(indices)
+      except TypeError:  # tfds.testing.mock_data's stand-in source has no working batched read
+        self._batched_reads = False
+    return [self.records[i] for i in indices]
+
+  def documents(self, block: int = 1024) -> Iterator[list[str]]:
+    for start in range(0, len(self.records), block):
+      for record in self._read(list(range(start, min(start + block, len(self.records))))):
+        document = self._document(record)
+        if document:
+          yield document
+
+  def lines(self, max_lines: int) -> Iterator[str]:
+    """Lines of randomly chosen records (seeded), about `max_lines` of them, to train a tokenizer on."""
+    order = list(range(len(self.records)))
+    random.Random(0).shuffle(order)
+    count = 0
+    for start in range(0, len(order), 256):
+      for record in self._read(sorted(order[start:start + 256])):
+        for line in self._document(record):
+          yield line
+          count += 1
+      if count >= max_lines:
+        return
+
+  def fingerprint(self) -> list:
+    info = self.records.dataset_info
+    return [self.name, self.split, os.path.abspath(self.data_dir) if self.data_dir else '', info.full_name,
+            len(self.records)]
+
+
+def paragraphs(text, skipped: collections.Counter, field: str = 'text') -> list[str]:
+  """A tfds record's text (str or UTF-8 bytes) as a document: its non-empty lines; unusable text is counted."""
+  if isinstance(text, bytes):
+    try:
+      text = text.decode('utf-8')
+    except UnicodeDecodeError:
+      skipped['records not valid UTF-8'] += 1
+      return []
+  if not isinstance(text, str):
+    skipped[f'records whose {field!r} is not text'] += 1
+    return []
+  document = [line.strip() for line in text.split('\n') if line.strip()]
+  if not document:
+    skipped['empty records'] += 1
+  return document
+
+
+def open_source(source: str, *, text_field: str = 'text', tfds_split: str = 'train',
+                tfds_data_dir: str = '') -> TextFiles | TfdsText:
+  """The text source `source` names: 'tfds:NAME[/CONFIG][:VERSION]', or text files (see `resolve_files`)."""
+  if source.startswith(TFDS_PREFIX):
+    return TfdsText(source[len(TFDS_PREFIX):], split=tfds_split, data_dir=tfds_data_dir, text_field=text_field)
+  return TextFiles(source)

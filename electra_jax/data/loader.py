@@ -1,54 +1,75 @@
-"""A deterministic, shuffling, resumable batch iterator over packed examples held in memory.
+"""A deterministic, shuffling, resumable batch iterator over packed examples, built on grain.
 
-Batch b of epoch e takes rows perm_e[b*B:(b+1)*B] of a permutation seeded by (seed, e); process p of P keeps
-its contiguous share of those rows. The iterator's state is two integers (epoch, batch), saved with every
-checkpoint, so a resumed run sees exactly the batches an uninterrupted run would.
+The example order is grain's `MapDataset.range(N).shuffle(seed).repeat()`: a new permutation each epoch (grain
+seeds it with seed + epoch), the stream running on across epoch ends so no example is dropped. Global batch b is
+elements [b*B, (b+1)*B) of that stream; process p of P takes elements p, p+P, ... (`ds[p::P]`), so the local
+batches of the processes partition each global batch and each process reads only its own rows. The iterator state
+saved with every checkpoint is grain's ({'next_index': batches consumed}) plus the number of examples as a check,
+so a resumed run sees exactly the batches an uninterrupted one would. In-memory and on-disk examples (examples.py)
+go through the same pipeline: the same examples and seed give the same batches.
 """
+
+import hashlib
 
 import numpy as np
 
+from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
 
-class BatchIterator:
-  """Yields {input_ids, segment_ids, input_mask} [local_batch, length] int32 batches forever."""
+def shuffle_seed(seed: int) -> int:
+  """A 32-bit grain shuffle seed; hashed because grain uses seed + epoch, which would make run s+1 replay run s."""
+  return int.from_bytes(hashlib.sha256(f'electra_jax.loader:{seed}'.encode()).digest()[:4], 'little')
 
-  def __init__(self, input_ids: np.ndarray, segment_ids: np.ndarray, special: SpecialIds, *, batch_size: int,
-               seed: int, process_index: int = 0, process_count: int = 1):
+
+class BatchIterator:
+  """Yields {input_ids, segment_ids, input_mask} [batch_size // process_count, length] int32 batches forever.
+
+  `examples` is any store with `len()` and `read(indices)` (examples.InMemoryExamples, ArrayRecordExamples).
+  `threads` read upcoming batches in the background, at most `prefetch` batches ahead.
+  """
+
+  def __init__(self, examples, special: SpecialIds, *, batch_size: int, seed: int, process_index: int = 0,
+               process_count: int = 1, threads: int = 2, prefetch: int = 8):
+    # grain imports jax and orbax (seconds): only the trainer's process needs it, not the CLI or packing workers.
+    import grain  # pylint: disable=g-import-not-at-top
     if batch_size % process_count:
       raise ValueError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
-    if len(input_ids) < batch_size:
-      raise ValueError(f'the corpus packs into {len(input_ids)} examples, fewer than one batch of {batch_size}; '
+    if len(examples) < batch_size:
+      raise ValueError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
                        'give more text or lower batch_size')
-    self.input_ids, self.segment_ids, self.special = input_ids, segment_ids, special
+    self.examples, self.special = examples, special
     self.batch_size, self.seed = batch_size, seed
-    local = batch_size // process_count
-    self.rows = slice(process_index * local, (process_index + 1) * local)
-    self.batches_per_epoch = len(input_ids) // batch_size
-    self.epoch, self.batch = 0, 0
-    self._perm_epoch, self._perm = -1, None
+    dataset = (grain.MapDataset.range(len(examples))
+               .shuffle(seed=shuffle_seed(seed))
+               .repeat()
+               [process_index::process_count]
+               .batch(batch_size // process_count, batch_fn=np.asarray)
+               .map(self._read))
+    options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
+    self._iterator = iter(dataset.to_iter_dataset(options))
 
-  def _permutation(self) -> np.ndarray:
-    if self._perm_epoch != self.epoch:
-      self._perm = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.input_ids))
-      self._perm_epoch = self.epoch
-    return self._perm
+  def _read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+    input_ids, segment_ids = self.examples.read(indices)
+    return {'input_ids': input_ids, 'segment_ids': segment_ids,
+            'input_mask': (input_ids != self.special.pad).astype(np.int32)}
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    start = self.batch * self.batch_size
-    index = self._permutation()[start:start + self.batch_size][self.rows]
-    self.batch += 1
-    if self.batch == self.batches_per_epoch:
-      self.epoch, self.batch = self.epoch + 1, 0
-    input_ids = self.input_ids[index]
-    return {'input_ids': input_ids, 'segment_ids': self.segment_ids[index],
-            'input_mask': (input_ids != self.special.pad).astype(np.int32)}
+    return next(self._iterator)
 
-  def get_state(self) -> dict[str, int]:
-    return {'epoch': self.epoch, 'batch': self.batch}
+  def get_state(self) -> dict:
+    """JSON-serialisable position: grain's iterator state and the number of examples."""
+    return {'grain': self._iterator.get_state(), 'num_examples': len(self.examples)}
 
-  def set_state(self, state: dict[str, int]):
-    self.epoch, self.batch = int(state['epoch']), int(state['batch'])
+  def set_state(self, state: dict):
+    if 'grain' not in state:
+      raise DataError(f'the checkpoint holds a data position {state} from an older loader; resume it with the '
+                      'electra_jax version that wrote it, or start a new --workdir')
+    if state['num_examples'] != len(self.examples):
+      raise DataError(f'the checkpoint was written while data.source packed into {state["num_examples"]} examples, '
+                      f'but it now packs into {len(self.examples)}: the corpus changed. Restore it, or start a '
+                      'new --workdir')
+    self._iterator.set_state(state['grain'])

@@ -1,9 +1,13 @@
 """Packing tokenized documents into ELECTRA pre-training examples, as the official builder does.
 
-Sentences accumulate until a target length; a document end flushes a shorter example. With p=0.1 everything
-is segment A; otherwise A takes about (target - 3) // 2 tokens and the rest is B. Layout [CLS] A [SEP] B [SEP]
-with segment ids 0/1, zero-padded. With p=0.05 the next example's target is uniform in [5, max_length].
-One deviation: a sentence longer than max_length - 3 is split into pieces first, so no token is dropped.
+Official `build_pretraining_dataset.ExampleBuilder`: sentences accumulate until their length reaches a target; a
+document end flushes a shorter example. With p=0.1 everything is segment A; otherwise A takes about
+(target - 3) // 2 tokens and the rest is B. A is cut to max_length - 2 tokens and B to what is left after
+[CLS] A [SEP] ... [SEP], so tokens past max_length - 3 are dropped, as there. Layout [CLS] A [SEP] B [SEP] with
+segment ids 0/1, padded with [PAD]. With p=0.05 the next example's target is uniform in [5, max_length]. The random
+draws happen in the official order, from `rng`.
+One deviation: a sentence longer than max_length - 3 tokens is split into pieces of that length first, so one
+overlong line (a paragraph) is spread over examples instead of cut to a single one.
 """
 
 import random
@@ -69,7 +73,7 @@ class ExampleBuilder:
 
 
 def pack_documents(documents: Iterable[list[list[int]]], special: SpecialIds, max_length: int,
-                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   seed: int | str = 0) -> tuple[np.ndarray, np.ndarray]:
   """Packs tokenized documents into (input_ids, segment_ids), each [num_examples, max_length] int32."""
   builder = ExampleBuilder(special, max_length, random.Random(seed))
   examples = []

@@ -1,41 +1,113 @@
 """Tokenizers with the special tokens ELECTRA needs: [PAD] [UNK] [CLS] [SEP] [MASK].
 
-A SentencePiece model trained here puts them at ids 0..4. An existing SentencePiece model is accepted if it
-defines all five pieces.
+Two kinds share one interface (`Tokenizer`): a SentencePiece model (unigram or BPE), and a BERT-style WordPiece
+vocab.txt read with the `tokenizers` library, so Google-compatible models can be trained. Tokenizers trained here
+put the special tokens at ids 0..4; an existing model or vocabulary is accepted if it defines all five.
+
+`save(directory)` writes the tokenizer file (tokenizer.model or vocab.txt) plus electra_tokenizer.json (its kind
+and casing), and `load(directory)` reads them back: that is how a run's workdir and a built dataset carry theirs.
 """
 
+import hashlib
+import json
 import os
+import random
+import shutil
 import tempfile
 from typing import Iterable, Sequence
-
-import sentencepiece as spm
 
 from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+CONFIG_FILE = 'electra_tokenizer.json'
+TYPES = ('unigram', 'bpe', 'wordpiece')
+
+
+def _special_ids(ids: dict[str, int | None], where: str) -> SpecialIds:
+  missing = [piece for piece in SPECIAL_PIECES if ids.get(piece) is None]
+  if missing:
+    raise DataError(f'tokenizer {where!r} lacks the special tokens {missing}; ELECTRA needs '
+                    f'{list(SPECIAL_PIECES)}: train one with `python -m electra_jax.data tokenizer`')
+  return SpecialIds(pad=ids['[PAD]'], cls=ids['[CLS]'], sep=ids['[SEP]'], mask=ids['[MASK]'], unk=ids['[UNK]'])
 
 
 class Tokenizer:
-  """A SentencePiece model plus the ELECTRA special ids."""
+  """What the data pipeline and the trainer need of a tokenizer; subclasses wrap one library each.
 
-  def __init__(self, model_file: str, lowercase: bool = True):
-    if not os.path.isfile(model_file):
-      raise DataError(f'tokenizer model {model_file!r} does not exist; give a SentencePiece .model file, '
-                      'or leave data.tokenizer empty to train one on the corpus')
+  Attributes:
+    model_file: the file the tokenizer was read from (tokenizer .model or vocab.txt).
+    lowercase: whether text is lower-cased before tokenizing.
+    num_threads: threads a batch `encode` may use (-1: all cores).
+    special: ids of [PAD] [CLS] [SEP] [MASK] [UNK].
+  """
+  kind = ''
+  file_name = ''  # name of the tokenizer file inside a saved directory
+  model_file: str
+  lowercase: bool
+  num_threads: int
+  special: SpecialIds
+
+  @property
+  def vocab_size(self) -> int:
+    raise NotImplementedError
+
+  def encode(self, lines: Sequence[str]) -> list[list[int]]:
+    """Token ids of each line (no [CLS]/[SEP] added)."""
+    raise NotImplementedError
+
+  def decode(self, ids: Iterable[int]) -> str:
+    raise NotImplementedError
+
+  def pieces(self, ids: Iterable[int]) -> list[str]:
+    raise NotImplementedError
+
+  @property
+  def fingerprint(self) -> str:
+    """sha256 of the tokenizer file, kind and casing: what a packed dataset was tokenized with."""
+    digest = hashlib.sha256(f'{self.kind}:{self.lowercase}:'.encode())
+    with open(self.model_file, 'rb') as f:
+      digest.update(f.read())
+    return digest.hexdigest()
+
+  def save(self, directory: str) -> str:
+    """Writes the tokenizer file and electra_tokenizer.json into `directory`; returns the tokenizer file's path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, self.file_name)
+    if os.path.abspath(path) != os.path.abspath(self.model_file):
+      _atomic_copy(self.model_file, path)
+    config = {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase}
+    with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
+      json.dump(config, f, indent=2)
+    os.replace(f.name, os.path.join(directory, CONFIG_FILE))
+    return path
+
+  def __reduce__(self):
+    # Worker processes rebuild the tokenizer from its file rather than pickling library objects.
+    return type(self), (self.model_file, self.lowercase, self.num_threads)
+
+
+def _atomic_copy(source: str, destination: str):
+  tmp = f'{destination}.tmp{os.getpid()}'
+  shutil.copyfile(source, tmp)
+  os.replace(tmp, destination)
+
+
+class SentencePieceTokenizer(Tokenizer):
+  """A SentencePiece model (unigram or BPE); text is lower-cased here when `lowercase`."""
+  kind = 'sentencepiece'
+  file_name = 'tokenizer.model'
+
+  def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    self.num_threads = num_threads
     try:
-      self.sp = spm.SentencePieceProcessor(model_file=model_file)
+      self.sp = spm.SentencePieceProcessor(model_file=model_file, num_threads=num_threads)
     except (RuntimeError, OSError) as e:
       raise DataError(f'{model_file!r} is not a SentencePiece model ({e})') from None
-    self.model_file = model_file
-    self.lowercase = lowercase
+    self.model_file, self.lowercase = model_file, lowercase
     ids = {piece: self.sp.piece_to_id(piece) for piece in SPECIAL_PIECES}
-    missing = [p for p, i in ids.items() if self.sp.id_to_piece(i) != p]
-    if missing:
-      raise DataError(f'tokenizer {model_file!r} lacks the special tokens {missing}; ELECTRA needs '
-                      f'{list(SPECIAL_PIECES)}: train one with `python -m electra_jax.data tokenizer`')
-    self.special = SpecialIds(pad=ids['[PAD]'], cls=ids['[CLS]'], sep=ids['[SEP]'], mask=ids['[MASK]'],
-                              unk=ids['[UNK]'])
+    self.special = _special_ids({p: i for p, i in ids.items() if self.sp.id_to_piece(i) == p}, model_file)
 
   @property
   def vocab_size(self) -> int:
@@ -53,23 +125,139 @@ class Tokenizer:
     return [self.sp.id_to_piece(int(i)) for i in ids]
 
 
-def train_sentencepiece(lines: Iterable[str], model_file: str, *, vocab_size: int, model_type: str = 'unigram',
-                        lowercase: bool = True, max_sentences: int = 2_000_000) -> Tokenizer:
-  """Trains a SentencePiece model on `lines` and writes it atomically to `model_file`."""
-  directory = os.path.dirname(os.path.abspath(model_file))
-  os.makedirs(directory, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=directory) as tmp:
-    prefix = os.path.join(tmp, 'spm')
-    sentences = (line.lower() if lowercase else line for line in lines if line.strip())
-    try:
-      spm.SentencePieceTrainer.train(
-          sentence_iterator=sentences, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
-          pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]',
-          user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], character_coverage=0.9995,
-          input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-          minloglevel=2)
-    except RuntimeError as e:
-      raise DataError(f'training the SentencePiece tokenizer failed: {e}. A small corpus supports only a '
-                      'small vocabulary: lower data.vocab_size') from None
-    os.replace(prefix + '.model', model_file)
-  return Tokenizer(model_file, lowercase)
+class WordPieceTokenizer(Tokenizer):
+  """A BERT vocab.txt (one token per line, '##' continuations) with BERT's normaliser and pre-tokenizer.
+
+  With `lowercase`, accents are stripped too, as BERT's uncased models do.
+  """
+  kind = 'wordpiece'
+  file_name = 'vocab.txt'
+
+  def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
+    # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
+    from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+    self.num_threads = num_threads
+    vocab = _read_vocab(model_file)
+    # BertWordPieceTokenizer would silently append missing special tokens: check them first.
+    self.special = _special_ids(vocab, model_file)
+    self.model_file, self.lowercase = model_file, lowercase
+    self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=lowercase)
+    self._vocab_size = len(vocab)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._vocab_size
+
+  def encode(self, lines: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in self.tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+  def pieces(self, ids: Iterable[int]) -> list[str]:
+    return [self.tokenizer.id_to_token(int(i)) for i in ids]
+
+
+def _read_vocab(path: str) -> dict[str, int]:
+  try:
+    with open(path, encoding='utf-8') as f:
+      tokens = [line.rstrip('\r\n') for line in f]
+  except UnicodeDecodeError:
+    raise DataError(f'{path!r} is not a WordPiece vocab.txt (not UTF-8 text)') from None
+  vocab = {}
+  for token in tokens:
+    if token:
+      vocab.setdefault(token, len(vocab))
+  if not vocab:
+    raise DataError(f'WordPiece vocabulary {path!r} is empty')
+  return vocab
+
+
+def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tokenizer:
+  """Reads a tokenizer: a SentencePiece .model, a WordPiece vocab.txt, or a directory `Tokenizer.save` wrote.
+
+  `lowercase` None takes the casing saved in the directory (uncased when there is none).
+  """
+  path = os.path.expanduser(path)
+  if os.path.isdir(path):
+    config_path = os.path.join(path, CONFIG_FILE)
+    if os.path.exists(config_path):
+      with open(config_path, encoding='utf-8') as f:
+        config = json.load(f)
+      kind, file = config['type'], os.path.join(path, config['file'])
+      lowercase = config.get('lowercase', True) if lowercase is None else lowercase
+    elif os.path.exists(os.path.join(path, SentencePieceTokenizer.file_name)):
+      kind, file = SentencePieceTokenizer.kind, os.path.join(path, SentencePieceTokenizer.file_name)
+    elif os.path.exists(os.path.join(path, WordPieceTokenizer.file_name)):
+      kind, file = WordPieceTokenizer.kind, os.path.join(path, WordPieceTokenizer.file_name)
+    else:
+      raise DataError(f'directory {path!r} holds no tokenizer (tokenizer.model or vocab.txt)')
+  elif os.path.isfile(path):
+    file = path
+    kind = WordPieceTokenizer.kind if path.endswith('.txt') else SentencePieceTokenizer.kind
+  else:
+    raise DataError(f'tokenizer {path!r} does not exist; give a SentencePiece .model, a WordPiece vocab.txt or a '
+                    'directory holding one, or leave data.tokenizer empty to train one on the corpus')
+  lowercase = True if lowercase is None else lowercase
+  if kind == WordPieceTokenizer.kind:
+    return WordPieceTokenizer(file, lowercase, num_threads)
+  return SentencePieceTokenizer(file, lowercase, num_threads)
+
+
+def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'unigram', lowercase: bool = True,
+          max_sentences: int = 2_000_000) -> Tokenizer:
+  """Trains a tokenizer on `lines` and saves it into directory `output` (see `Tokenizer.save`).
+
+  `kind` is 'unigram' or 'bpe' (SentencePiece) or 'wordpiece' (BERT vocab.txt); [PAD] [UNK] [CLS] [SEP] [MASK]
+  get ids 0..4. Both trainers see a uniform sample of at most `max_sentences` lines.
+  """
+  if kind not in TYPES:
+    raise DataError(f'unknown tokenizer type {kind!r}; choose one of {", ".join(TYPES)}')
+  os.makedirs(output, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=output) as tmp:
+    lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
+    if kind == 'wordpiece':
+      tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)
+    else:
+      tokenizer = _train_sentencepiece(lines, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
+                                       max_sentences=max_sentences)
+    tokenizer.save(output)
+  return load(output)
+
+
+def _sample(lines: Iterable[str], count: int, seed: int = 0) -> list[str]:
+  """A uniform sample of `count` lines (all of them if there are fewer), in corpus order: reservoir sampling."""
+  rng, sample = random.Random(seed), []
+  for i, line in enumerate(lines):
+    if i < count:
+      sample.append((i, line))
+    elif (j := rng.randrange(i + 1)) < count:
+      sample[j] = (i, line)
+  return [line for _, line in sorted(sample)]
+
+
+def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  prefix = os.path.join(directory, 'spm')
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]',
+        user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], character_coverage=0.9995,
+        input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
+        minloglevel=2)
+  except RuntimeError as e:
+    raise DataError(f'training the SentencePiece tokenizer failed: {str(e).rstrip(".")}. A small corpus supports '
+                    'only a small vocabulary: lower data.vocab_size') from None
+  return SentencePieceTokenizer(prefix + '.model', lowercase)
+
+
+def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
+  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  trainer = BertWordPieceTokenizer(lowercase=lowercase)
+  trainer.train_from_iterator(lines, vocab_size=vocab_size, special_tokens=list(SPECIAL_PIECES),
+                              show_progress=False)
+  if trainer.get_vocab_size() <= len(SPECIAL_PIECES):
+    raise DataError('training the WordPiece tokenizer found no text; give a corpus with some lines of text')
+  trainer.save_model(directory)
+  return WordPieceTokenizer(os.path.join(directory, 'vocab.txt'), lowercase)

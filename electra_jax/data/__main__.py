@@ -1,0 +1,163 @@
+"""Command line for the data pipeline: flags and dispatch only.
+
+  python -m electra_jax.data tokenizer --source=corpus/*.txt.gz --output=tok/ [--type=wordpiece] [--vocab_size=30522]
+  python -m electra_jax.data build --source=corpus/*.txt.gz --output=data/ [--tokenizer=tok/] [--processes=8]
+  python -m electra_jax.data inspect --source=data/ [--examples=3]
+
+--source is what `data.source` accepts: text files (glob, directory, .gz), tfds:NAME[/CONFIG], or a built directory.
+Errors in the input print one line `error: ...` and exit with status 1.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from electra_jax import data
+from electra_jax.data import build as build_lib
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+
+
+def _config(args) -> data.DataConfig:
+  max_seq_length = getattr(args, 'max_seq_length', None)
+  if max_seq_length is None:
+    built = examples_lib.is_built(args.source)
+    max_seq_length = examples_lib.read_metadata(args.source)['max_seq_length'] if built else 128
+  return data.DataConfig(
+      source=args.source, tokenizer=getattr(args, 'tokenizer', ''), tokenizer_type=args.type,
+      vocab_size=args.vocab_size, lowercase=not args.cased, max_seq_length=max_seq_length,
+      text_field=args.text_field, tfds_split=args.tfds_split, tfds_data_dir=args.tfds_data_dir)
+
+
+def _log(message: str):
+  print(message, file=sys.stderr, flush=True)
+
+
+def train_tokenizer(args):
+  if os.path.isdir(args.output) and os.listdir(args.output) and not args.overwrite:
+    raise data.DataError(f'{args.output} already exists; pass --overwrite to replace it, or choose another --output')
+  config = _config(args)
+  source = data.open_source(config)
+  _log(f'training a {args.type} tokenizer of {args.vocab_size} tokens on {source}')
+  tokenizer = tokenizer_lib.train(source.lines(data.TOKENIZER_SAMPLE_LINES), args.output,
+                                  vocab_size=args.vocab_size, kind=args.type, lowercase=config.lowercase,
+                                  max_sentences=data.TOKENIZER_SAMPLE_LINES)
+  print(f'wrote {tokenizer.model_file} ({tokenizer.vocab_size} tokens, special ids {tokenizer.special})')
+
+
+def build(args):
+  config = _config(args)
+  if examples_lib.is_built(config.source):
+    raise data.DataError(f'{config.source} is already a built dataset; give text files or tfds:NAME as --source')
+  build_lib.check_output(args.output, args.overwrite)
+  source = data.open_source(config)
+  tokenizer = data.load_tokenizer(config)
+  _log(f'packing {source} with {tokenizer.model_file} into {args.output} ({args.processes or os.cpu_count()} '
+       'processes)')
+  last = [time.time()]
+
+  def progress(counts):
+    if time.time() - last[0] > 10:
+      last[0] = time.time()
+      _log(f'  {counts["documents"]} documents -> {counts["examples"]} examples')
+
+  metadata = build_lib.build(source, tokenizer, args.output, max_length=config.max_seq_length, seed=args.seed,
+                             processes=args.processes, overwrite=args.overwrite, progress=progress)
+  print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
+        f'in {metadata["build_seconds"]} s')
+  _print_statistics(metadata['statistics'])
+
+
+def inspect(args):
+  config = _config(args)
+  tokenizer = data.load_tokenizer(config)
+  examples = data.load_examples(config, tokenizer, seed=args.seed)
+  print(f'source: {config.source or "(quickstart corpus)"}  tokenizer: {tokenizer.model_file} '
+        f'({tokenizer.kind}, {tokenizer.vocab_size} tokens, lowercase={tokenizer.lowercase})')
+  rng = np.random.default_rng(args.seed)
+  rows = np.sort(rng.choice(len(examples), size=min(args.examples, len(examples)), replace=False))
+  input_ids, segment_ids = examples.read(rows)
+  for row, ids, segments in zip(rows, input_ids, segment_ids):
+    print(_describe(tokenizer, int(row), ids, segments, pieces=args.pieces))
+  if isinstance(examples, examples_lib.ArrayRecordExamples):
+    stats = examples.metadata['statistics']
+  else:
+    stats = examples_lib.statistics(examples, tokenizer.special)
+  _print_statistics(stats)
+
+
+def _describe(tokenizer, row: int, ids: np.ndarray, segments: np.ndarray, pieces: bool) -> str:
+  """One example as '[CLS] A [SEP] || B [SEP]' with its segment lengths."""
+  length = int((ids != tokenizer.special.pad).sum())
+  a, b = ids[:length][segments[:length] == 0], ids[:length][segments[:length] == 1]
+  show = (lambda t: ' '.join(tokenizer.pieces(t))) if pieces else tokenizer.decode
+  lines = [f'--- example {row}: {length} tokens, segment A {len(a)} (with [CLS] [SEP]), segment B {len(b)}']
+  lines.append(f'A: {show(a)}')
+  if len(b):
+    lines.append(f'B: {show(b)}')
+  return '\n'.join(lines)
+
+
+def _print_statistics(stats: dict):
+  print(f'examples: {stats["examples"]}  tokens: {stats["tokens"]}  fill ratio: {stats["fill_ratio"]:.3f}  '
+        f'unknown-token rate: {stats["unknown_rate"]:.4%}  single-segment: {stats["single_segment_fraction"]:.3f}')
+  if 'source_tokens' in stats:
+    print(f'documents: {stats["documents"]}  tokenized: {stats["source_tokens"]}  kept in examples: '
+          f'{stats["kept_token_fraction"]:.3f} (the rest overflowed an example and was cut, as the official builder '
+          'does)')
+  for reason, count in stats.get('skipped', {}).items():
+    print(f'skipped: {count} {reason}')
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(prog='python -m electra_jax.data', description=__doc__.split('\n')[0])
+  commands = parser.add_subparsers(dest='command', required=True)
+
+  def add(name, function, help_text):
+    command = commands.add_parser(name, help=help_text)
+    command.set_defaults(function=function)
+    command.add_argument('--source', default='', help="text files, 'tfds:NAME[/CONFIG]' or a built directory")
+    command.add_argument('--type', default='unigram', choices=tokenizer_lib.TYPES,
+                         help='tokenizer to train: SentencePiece unigram/bpe, or BERT wordpiece')
+    command.add_argument('--vocab_size', type=int, default=8000, help='size of a tokenizer trained here')
+    command.add_argument('--cased', action='store_true', help='keep case (default: lower-case)')
+    command.add_argument('--text_field', default='text', help='tfds: the feature holding the text')
+    command.add_argument('--tfds_split', default='train')
+    command.add_argument('--tfds_data_dir', default='')
+    return command
+
+  command = add('tokenizer', train_tokenizer, 'train a tokenizer on a corpus')
+  command.add_argument('--output', required=True, help='directory for the tokenizer files')
+  command.add_argument('--overwrite', action='store_true')
+  for name, function, help_text in (('build', build, 'pack a corpus once into ArrayRecord shards'),
+                                    ('inspect', inspect, 'print decoded examples and corpus statistics')):
+    command = add(name, function, help_text)
+    command.add_argument('--tokenizer', default='', help='.model, vocab.txt or tokenizer directory; '
+                         "'': the built dataset's, or train one (cached)")
+    command.add_argument('--max_seq_length', type=int, default=None,
+                         help="tokens per example; default: a built --source's, else 128")
+    command.add_argument('--seed', type=int, default=0, help='packing seed (inspect: also picks the examples)')
+    if name == 'build':
+      command.add_argument('--output', required=True, help='directory to write')
+      command.add_argument('--processes', type=int, default=0, help='packing processes; 0: one per CPU core')
+      command.add_argument('--overwrite', action='store_true', help='replace an existing built --output')
+    else:
+      command.add_argument('--examples', type=int, default=3, help='how many examples to print')
+      command.add_argument('--pieces', action='store_true', help='print token pieces instead of decoded text')
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    args.function(args)
+  except data.DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  main()

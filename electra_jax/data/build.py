@@ -1,0 +1,194 @@
+"""Text source -> tokenized, packed examples: in memory (small corpora), or built once into ArrayRecord shards.
+
+Documents are grouped, in order, into chunks of about `chunk_chars` characters (at document boundaries); chunk i is
+tokenized and packed on its own with `random.Random(f'{seed}:{i}')`. The examples therefore depend only on the
+text, the tokenizer, max_length, the seed and the chunk size, never on how many processes pack them: `pack_source`
+(the in-memory path) and `build` (the on-disk path) produce the same examples in the same order.
+"""
+
+import collections
+import dataclasses
+import datetime
+import itertools
+import multiprocessing
+import os
+import shutil
+import time
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import packing
+from electra_jax.data.corpus import DataError
+from electra_jax.data.tokenizer import Tokenizer
+
+CHUNK_CHARS = 1 << 20
+SHARD_BYTES = 64 << 20
+
+
+@dataclasses.dataclass
+class PackedChunk:
+  """The examples of one chunk of documents, with counts for the corpus statistics."""
+  input_ids: np.ndarray  # [examples, max_length] int32
+  segment_ids: np.ndarray  # [examples, max_length] int32
+  documents: int
+  source_tokens: int  # tokens the tokenizer produced, before packing drops any
+
+
+def chunk_documents(documents: Iterable[list[str]], chunk_chars: int = CHUNK_CHARS) -> Iterator[list[list[str]]]:
+  """Groups consecutive documents into chunks of at least `chunk_chars` characters (the last may be smaller)."""
+  chunk, size = [], 0
+  for document in documents:
+    chunk.append(document)
+    size += sum(len(line) for line in document)
+    if size >= chunk_chars:
+      yield chunk
+      chunk, size = [], 0
+  if chunk:
+    yield chunk
+
+
+def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], *, index: int, seed: int,
+               max_length: int) -> PackedChunk:
+  """Tokenizes (one batched call) and packs chunk number `index`."""
+  ids = tokenizer.encode([line for document in documents for line in document])
+  tokenized, start = [], 0
+  for document in documents:
+    tokenized.append(ids[start:start + len(document)])
+    start += len(document)
+  input_ids, segment_ids = packing.pack_documents(tokenized, tokenizer.special, max_length, seed=f'{seed}:{index}')
+  return PackedChunk(input_ids, segment_ids, len(documents), sum(len(sentence) for sentence in ids))
+
+
+_worker_tokenizer = None
+
+
+def _init_worker(tokenizer: Tokenizer):
+  global _worker_tokenizer
+  os.environ['TOKENIZERS_PARALLELISM'] = 'false'  # read at each batch encode: one thread per worker
+  _worker_tokenizer = tokenizer
+
+
+def _pack_in_worker(args) -> PackedChunk:
+  index, documents, seed, max_length = args
+  return pack_chunk(_worker_tokenizer, documents, index=index, seed=seed, max_length=max_length)
+
+
+def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
+                chunk_chars: int = CHUNK_CHARS) -> Iterator[PackedChunk]:
+  """Packed chunks of `source` (a corpus.TextFiles or TfdsText) in order, packed by `processes` processes.
+
+  This process reads the text; with processes > 1, worker processes tokenize and pack, a bounded number of chunks
+  ahead so memory stays flat on any corpus size.
+  """
+  tasks = ((i, chunk, seed, max_length) for i, chunk in enumerate(chunk_documents(source.documents(), chunk_chars)))
+  first = list(itertools.islice(tasks, 2))
+  tasks = itertools.chain(first, tasks)
+  if processes <= 1 or len(first) < 2:  # one chunk: not worth starting processes
+    for index, chunk, _, _ in tasks:
+      yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length)
+    return
+  # Each worker tokenizes single-threaded: the processes are the parallelism.
+  worker_tokenizer = type(tokenizer)(tokenizer.model_file, tokenizer.lowercase, 1)
+  # spawn, not fork: the parent may run JAX or tokenizer threads, which fork would copy mid-operation.
+  context = multiprocessing.get_context('spawn')
+  with context.Pool(processes, initializer=_init_worker, initargs=(worker_tokenizer,)) as pool:
+    pending = collections.deque()
+    for task in tasks:
+      pending.append(pool.apply_async(_pack_in_worker, (task,)))
+      if len(pending) >= 2 * processes:
+        yield pending.popleft().get()
+    while pending:
+      yield pending.popleft().get()
+
+
+def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
+                   chunk_chars: int = CHUNK_CHARS) -> examples_lib.InMemoryExamples:
+  """All examples of `source` in memory (the streaming path for small corpora)."""
+  chunks = [c for c in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
+                                   chunk_chars=chunk_chars) if len(c.input_ids)]
+  if not chunks:
+    raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
+                    'paragraph per line')
+  return examples_lib.InMemoryExamples(np.concatenate([c.input_ids for c in chunks]),
+                                       np.concatenate([c.segment_ids for c in chunks]))
+
+
+def check_output(output: str, overwrite: bool):
+  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`."""
+  output = os.path.abspath(os.path.expanduser(output))
+  if os.path.isdir(output) and not os.listdir(output):
+    return
+  if os.path.exists(output):
+    if not overwrite:
+      raise DataError(f'{output} already exists; pass --overwrite to replace it, or choose another --output')
+    if os.path.isdir(output) and os.listdir(output) and not examples_lib.is_built(output):
+      raise DataError(f'{output} is not a dataset built by electra_jax (no {examples_lib.METADATA}); refusing to '
+                      'delete it, even with --overwrite: remove it yourself or choose another --output')
+    if not os.path.isdir(output):
+      raise DataError(f'{output} exists and is not a directory; choose another --output')
+
+
+def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: int = 0, processes: int = 0,
+          overwrite: bool = False, chunk_chars: int = CHUNK_CHARS, shard_bytes: int = SHARD_BYTES,
+          progress=None) -> dict:
+  """Packs `source` into ArrayRecord shards under `output` (see examples.py); returns the metadata written.
+
+  The shards are written to a temporary directory beside `output`, renamed into place only when complete.
+  `processes` 0 uses every CPU core; `progress(metadata_so_far)` is called after each chunk.
+  """
+  output = os.path.abspath(os.path.expanduser(output))
+  check_output(output, overwrite)
+  processes = processes or os.cpu_count() or 1
+  parent = os.path.dirname(output)
+  os.makedirs(parent, exist_ok=True)
+  tmp = os.path.join(parent, f'.{os.path.basename(output)}.tmp{os.getpid()}')
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  started = time.time()
+  try:
+    tokenizer_file = tokenizer.save(tmp)
+    ids_dtype = examples_lib.ids_dtype(tokenizer.vocab_size)
+    record_bytes = max_length * (ids_dtype.itemsize + 1)
+    writer = examples_lib.ShardWriter(tmp, max_length=max_length, vocab_size=tokenizer.vocab_size,
+                                      shard_examples=max(1, shard_bytes // record_bytes))
+    counts = collections.Counter()
+    stats = examples_lib.Statistics(tokenizer.special, max_length)
+    for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
+                             chunk_chars=chunk_chars):
+      writer.write(chunk.input_ids, chunk.segment_ids)
+      stats.add(chunk.input_ids, chunk.segment_ids)
+      counts['documents'] += chunk.documents
+      counts['source_tokens'] += chunk.source_tokens
+      counts['examples'] += len(chunk.input_ids)
+      if progress:
+        progress(dict(counts))
+    shards = writer.close()
+    if not counts['examples']:
+      raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
+                      'paragraph per line')
+    metadata = {
+        'format': examples_lib.FORMAT, 'version': examples_lib.VERSION,
+        'max_seq_length': max_length, 'num_examples': counts['examples'], 'ids_dtype': ids_dtype.name,
+        'shards': shards, 'seed': seed, 'chunk_chars': chunk_chars, 'source': str(source),
+        'source_fingerprint': source.fingerprint(),
+        'tokenizer': {'type': tokenizer.kind, 'file': os.path.basename(tokenizer_file),
+                      'fingerprint': tokenizer.fingerprint, 'vocab_size': tokenizer.vocab_size,
+                      'lowercase': tokenizer.lowercase},
+        'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        'build_seconds': round(time.time() - started, 1), 'processes': processes,
+    }
+    statistics = stats.result()
+    statistics.update(documents=counts['documents'], source_tokens=counts['source_tokens'],
+                      kept_token_fraction=statistics['content_tokens'] / max(1, counts['source_tokens']),
+                      skipped=dict(source.skipped))
+    metadata['statistics'] = statistics
+    examples_lib.write_metadata(tmp, metadata)
+    examples_lib.ArrayRecordExamples(tmp)  # checks that every shard reads back with its count
+    if os.path.exists(output):
+      shutil.rmtree(output)
+    os.replace(tmp, output)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return metadata

@@ -1,0 +1,185 @@
+"""Stores of packed examples with random access: in memory, or a directory of ArrayRecord shards.
+
+Both give `len()` and `read(indices) -> (input_ids, segment_ids)`, each [len(indices), max_length] int32, which is
+all the loader needs, so a built directory and the in-memory path yield the same batches for the same examples.
+
+A built directory holds examples-NNNNN.array_record shards (written with group_size:1 for fast random reads), the
+tokenizer they were made with (see `Tokenizer.save`) and electra_data.json: the format, max_seq_length, shard
+sizes, the tokenizer's fingerprint and corpus statistics. One record is input_ids (uint16, or int32 for a vocabulary
+over 65536) followed by segment_ids (uint8), max_seq_length of each.
+"""
+
+import json
+import os
+import tempfile
+from typing import Iterable
+
+import numpy as np
+
+from electra_jax.data.corpus import DataError
+from electra_jax.masking import SpecialIds
+
+METADATA = 'electra_data.json'
+FORMAT = 'electra_jax.packed_examples'
+VERSION = 1
+SHARD_PATTERN = 'examples-{:05d}.array_record'
+
+
+def is_built(path: str) -> bool:
+  """Whether `path` is a directory `build` wrote (recognised by its metadata file)."""
+  return bool(path) and os.path.isfile(os.path.join(os.path.expanduser(path), METADATA))
+
+
+def read_metadata(directory: str) -> dict:
+  with open(os.path.join(directory, METADATA), encoding='utf-8') as f:
+    metadata = json.load(f)
+  if metadata.get('format') != FORMAT or metadata.get('version') != VERSION:
+    raise DataError(f'{directory} holds {metadata.get("format")} version {metadata.get("version")}, not '
+                    f'{FORMAT} version {VERSION}; rebuild it with `python -m electra_jax.data build`')
+  return metadata
+
+
+def write_metadata(directory: str, metadata: dict):
+  with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
+    json.dump(metadata, f, indent=2)
+  os.replace(f.name, os.path.join(directory, METADATA))
+
+
+class InMemoryExamples:
+  """Packed examples held as two [num_examples, max_length] int32 arrays."""
+
+  def __init__(self, input_ids: np.ndarray, segment_ids: np.ndarray):
+    self.input_ids, self.segment_ids = input_ids, segment_ids
+    self.max_length = input_ids.shape[1]
+
+  def __len__(self) -> int:
+    return len(self.input_ids)
+
+  def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return self.input_ids[indices], self.segment_ids[indices]
+
+
+class ArrayRecordExamples:
+  """The examples of a built directory, read on demand from its ArrayRecord shards."""
+
+  def __init__(self, directory: str):
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    self.directory = os.path.expanduser(directory)
+    self.metadata = read_metadata(self.directory)
+    self.max_length = self.metadata['max_seq_length']
+    self.ids_dtype = np.dtype(self.metadata['ids_dtype'])
+    self.readers, sizes = [], []
+    for shard in self.metadata['shards']:
+      path = os.path.join(self.directory, shard['file'])
+      if not os.path.exists(path):
+        raise DataError(f'{path} is missing: the built dataset {self.directory} is incomplete; rebuild it')
+      reader = array_record_module.ArrayRecordReader(path, 'readahead_buffer_size:0')
+      if reader.num_records() != shard['examples']:
+        raise DataError(f'{path} holds {reader.num_records()} examples, {shard["examples"]} expected: the built '
+                        f'dataset {self.directory} is damaged; rebuild it')
+      self.readers.append(reader)
+      sizes.append(shard['examples'])
+    self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+  def __len__(self) -> int:
+    return int(self.starts[-1])
+
+  def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    indices = np.asarray(indices, np.int64)
+    shards = np.searchsorted(self.starts, indices, side='right') - 1
+    records = [b''] * len(indices)
+    for shard in np.unique(shards):
+      rows = np.flatnonzero(shards == shard)
+      positions = (indices[rows] - self.starts[shard]).tolist()
+      for row, record in zip(rows, self.readers[shard].read(positions)):
+        records[row] = record
+    return decode_records(records, self.max_length, self.ids_dtype)
+
+
+def encode_records(input_ids: np.ndarray, segment_ids: np.ndarray, ids_dtype: np.dtype) -> list[bytes]:
+  """One record per row of input_ids, segment_ids [n, max_length]."""
+  ids = input_ids.astype(ids_dtype).view(np.uint8)
+  return [row.tobytes() for row in np.concatenate([ids, segment_ids.astype(np.uint8)], axis=1)]
+
+
+def decode_records(records: list[bytes], max_length: int, ids_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+  """(input_ids, segment_ids) [len(records), max_length] int32 from records `encode_records` wrote."""
+  width = max_length * ids_dtype.itemsize
+  rows = np.frombuffer(b''.join(records), np.uint8).reshape(len(records), width + max_length)
+  input_ids = np.ascontiguousarray(rows[:, :width]).view(ids_dtype).astype(np.int32)
+  return input_ids, rows[:, width:].astype(np.int32)
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+  return np.dtype(np.uint16 if vocab_size <= 2**16 else np.int32)
+
+
+class ShardWriter:
+  """Appends examples to examples-NNNNN.array_record shards of `shard_examples` examples each."""
+
+  def __init__(self, directory: str, *, max_length: int, vocab_size: int, shard_examples: int):
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    self._module = array_record_module
+    self.directory, self.max_length, self.shard_examples = directory, max_length, shard_examples
+    self.ids_dtype = ids_dtype(vocab_size)
+    self.shards: list[dict] = []
+    self._writer = None
+
+  def write(self, input_ids: np.ndarray, segment_ids: np.ndarray):
+    for record in encode_records(input_ids, segment_ids, self.ids_dtype):
+      if self._writer is None or self.shards[-1]['examples'] == self.shard_examples:
+        self._close_shard()
+        name = SHARD_PATTERN.format(len(self.shards))
+        # group_size:1 makes every record directly addressable: random reads touch one record, not a chunk.
+        self._writer = self._module.ArrayRecordWriter(os.path.join(self.directory, name),
+                                                      'group_size:1,uncompressed')
+        self.shards.append({'file': name, 'examples': 0})
+      self._writer.write(record)
+      self.shards[-1]['examples'] += 1
+
+  def _close_shard(self):
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+
+  def close(self) -> list[dict]:
+    self._close_shard()
+    return self.shards
+
+
+def iterate(examples, block: int = 4096) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+  """(input_ids, segment_ids) blocks of `examples` in stored order."""
+  for start in range(0, len(examples), block):
+    yield examples.read(np.arange(start, min(start + block, len(examples))))
+
+
+class Statistics:
+  """Counts over packed examples: tokens (not [PAD]), fill ratio, unknown-token rate, single-segment fraction."""
+
+  def __init__(self, special: SpecialIds, max_length: int):
+    self.special, self.max_length = special, max_length
+    self.examples = self.tokens = self.content = self.unknown = self.single = 0
+
+  def add(self, input_ids: np.ndarray, segment_ids: np.ndarray):
+    """Counts a block of examples, input_ids and segment_ids [n, max_length]."""
+    s = self.special
+    real = input_ids != s.pad
+    self.examples += len(input_ids)
+    self.tokens += int(real.sum())
+    self.content += int((real & (input_ids != s.cls) & (input_ids != s.sep)).sum())
+    self.unknown += int((input_ids == s.unk).sum())
+    self.single += int((segment_ids.max(axis=1, initial=0) == 0).sum())
+
+  def result(self) -> dict:
+    return {'examples': self.examples, 'tokens': self.tokens, 'content_tokens': self.content,
+            'fill_ratio': self.tokens / max(1, self.examples * self.max_length),
+            'unknown_rate': self.unknown / max(1, self.content),
+            'single_segment_fraction': self.single / max(1, self.examples)}
+
+
+def statistics(examples, special: SpecialIds) -> dict:
+  """`Statistics` of all of `examples`."""
+  stats = Statistics(special, examples.max_length)
+  for input_ids, segment_ids in iterate(examples):
+    stats.add(input_ids, segment_ids)
+  return stats.result()

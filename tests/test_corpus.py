@@ -1,0 +1,101 @@
+"""Text sources: files, directories, globs, gzip, tfds (mock data), and every kind of bad input."""
+
+import collections
+import gzip
+
+import pytest
+
+from conftest import make_corpus
+from electra_jax import data
+from electra_jax.data import DataError, build, corpus
+
+WIKIPEDIA = 'tfds:wikipedia/20230601.en'
+
+
+def test_files_directories_and_globs(tmp_path):
+  (tmp_path / 'a.txt').write_text('One.\nTwo.\n\n\nThree.\n', encoding='utf-8')
+  with gzip.open(tmp_path / 'b.txt.gz', 'wt', encoding='utf-8') as f:
+    f.write('Four.\r\n  \r\nFive.\r\nSix.')
+  (tmp_path / '.hidden').write_text('ignored\n')
+  expected = [['One.', 'Two.'], ['Three.'], ['Four.'], ['Five.', 'Six.']]
+  assert list(corpus.TextFiles(str(tmp_path)).documents()) == expected
+  assert list(corpus.TextFiles(str(tmp_path / '*.txt*')).documents()) == expected
+  assert list(corpus.TextFiles(str(tmp_path / 'b.txt.gz')).documents()) == expected[2:]
+
+
+def test_quickstart_corpus_is_the_default():
+  source = corpus.open_source('')
+  assert source.files == [corpus.QUICKSTART]
+  assert len(next(source.documents())) > 0
+
+
+@pytest.mark.parametrize('content, message', [
+    (b'\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00>\x00', 'NUL bytes'),
+    ('Caf\xe9 au lait.\n'.encode('latin-1'), 'not valid UTF-8'),
+])
+def test_binary_and_non_utf8_files(tmp_path, content, message):
+  make_corpus(tmp_path / 'good.txt', documents=3)
+  (tmp_path / 'bad.txt').write_bytes(content)
+  with pytest.raises(DataError, match=message) as error:
+    list(corpus.TextFiles(str(tmp_path)).documents())
+  assert 'bad.txt line 1' in str(error.value)
+
+
+def test_truncated_gzip(tmp_path):
+  make_corpus(tmp_path / 'c.txt.gz', documents=40, gz=True)
+  content = (tmp_path / 'c.txt.gz').read_bytes()
+  (tmp_path / 'c.txt.gz').write_bytes(content[:len(content) // 2])
+  with pytest.raises(DataError, match='cannot read'):
+    list(corpus.TextFiles(str(tmp_path)).documents())
+
+
+def test_missing_path():
+  with pytest.raises(DataError, match='no text files found'):
+    corpus.open_source('/nonexistent/corpus/*.txt')
+
+
+def test_empty_corpus(tmp_path, corpus_file, cache_dir):
+  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=60))
+  (tmp_path / 'empty.txt').write_text('\n \n\n', encoding='utf-8')
+  source = corpus.TextFiles(str(tmp_path))
+  with pytest.raises(DataError, match='holds no text'):
+    build.pack_in_memory(source, tokenizer, max_length=32, seed=0)
+  with pytest.raises(DataError, match='holds no text'):
+    build.build(source, tokenizer, str(tmp_path / 'out'), max_length=32, processes=1)
+  assert not (tmp_path / 'out').exists()
+  del cache_dir
+
+
+tfds = pytest.importorskip('tensorflow_datasets')
+
+
+def test_tfds_source_with_mock_data(cache_dir):
+  """tfds.data_source reads ArrayRecord without TensorFlow; mock_data fakes wikipedia's records."""
+  with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
+    config = data.DataConfig(source=WIKIPEDIA, vocab_size=40, max_seq_length=16)
+    source = data.open_source(config)
+    assert len(source.records) == 40
+    documents = list(source.documents())
+    assert len(documents) + sum(source.skipped.values()) == 40
+    assert all(line and '\n' not in line for document in documents for line in document)
+    tokenizer = data.load_tokenizer(config)
+    examples = data.load_examples(config, tokenizer)
+    assert len(examples) >= len(documents)
+    with pytest.raises(DataError, match=r"no field 'body'.*'text', 'title'"):
+      data.open_source(data.DataConfig(source=WIKIPEDIA, text_field='body'))
+  del cache_dir
+
+
+def test_tfds_paragraphs_and_skips():
+  skipped = collections.Counter()
+  assert corpus.paragraphs('First paragraph.\n\n  Second one. \n', skipped) == ['First paragraph.', 'Second one.']
+  assert corpus.paragraphs(b'bytes \xc3\xa9', skipped) == ['bytes \xe9']
+  assert corpus.paragraphs('  \n', skipped) == [] and corpus.paragraphs(b'\xff', skipped) == []
+  assert dict(skipped) == {'empty records': 1, 'records not valid UTF-8': 1}
+
+
+def test_tfds_dataset_not_prepared(tmp_path):
+  with pytest.raises(DataError, match='tfds build'):
+    corpus.open_source(WIKIPEDIA, tfds_data_dir=str(tmp_path))
+  with pytest.raises(DataError, match='cannot open tensorflow-datasets'):
+    corpus.open_source('tfds:no_such_dataset_xyz', tfds_data_dir=str(tmp_path))

@@ -1,0 +1,125 @@
+"""Building ArrayRecord shards: the same examples and batches as the in-memory path; the CLI and its errors."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import make_corpus
+from electra_jax import data
+from electra_jax.data import BatchIterator, DataError, build, examples as examples_lib
+from electra_jax.data import __main__ as cli
+from electra_jax.data import tokenizer as tokenizer_lib
+
+
+@pytest.fixture(scope='module')
+def corpus_dir(tmp_path_factory):
+  directory = tmp_path_factory.mktemp('corpus_dir')
+  for i in range(3):
+    make_corpus(directory / f'part{i}.txt.gz', documents=40, seed=i, gz=True)
+  return str(directory)
+
+
+@pytest.fixture(scope='module')
+def tokenizer(corpus_dir, tmp_path_factory):
+  lines = (line for document in data.open_source(data.DataConfig(source=corpus_dir)).documents() for line in document)
+  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
+
+
+def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
+  source = data.open_source(data.DataConfig(source=corpus_dir))
+  # Small chunks, so several worker processes each pack some of them.
+  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), max_length=64, seed=5, processes=2,
+                         chunk_chars=3000, shard_bytes=64 * 3 * 50)
+  assert len(metadata['shards']) > 1 and metadata['statistics']['skipped'] == {}
+  built = examples_lib.ArrayRecordExamples(str(tmp_path / 'built'))
+  streamed = build.pack_in_memory(source, tokenizer, max_length=64, seed=5, processes=1, chunk_chars=3000)
+  assert len(built) == len(streamed) == metadata['num_examples']
+  input_ids, segment_ids = built.read(np.arange(len(built)))
+  np.testing.assert_array_equal(input_ids, streamed.input_ids)
+  np.testing.assert_array_equal(segment_ids, streamed.segment_ids)
+  batches = [BatchIterator(e, tokenizer.special, batch_size=16, seed=0) for e in (built, streamed)]
+  for _ in range(2 * len(built) // 16):
+    a, b = next(batches[0]), next(batches[1])
+    for key in a:
+      np.testing.assert_array_equal(a[key], b[key])
+  stats = metadata['statistics']
+  assert stats == {**examples_lib.statistics(built, tokenizer.special), **stats}
+  assert stats['documents'] == 120 and 0.5 < stats['fill_ratio'] <= 1 and stats['unknown_rate'] == 0
+  assert 0.7 < stats['kept_token_fraction'] <= 1
+
+
+def test_built_directory_as_data_source(corpus_dir, tokenizer, tmp_path):
+  source = data.open_source(data.DataConfig(source=corpus_dir))
+  build.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1)
+  config = data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32)
+  loaded = data.load_tokenizer(config)  # the one saved with the data
+  assert loaded.fingerprint == tokenizer.fingerprint and isinstance(loaded, tokenizer_lib.WordPieceTokenizer)
+  assert len(data.load_examples(config, loaded)) > 0
+  with pytest.raises(DataError, match='max_seq_length=32'):
+    data.load_examples(data.DataConfig(source=config.source, max_seq_length=64), loaded)
+  cased = tokenizer_lib.load(tokenizer.model_file, lowercase=False)
+  with pytest.raises(DataError, match='built with another tokenizer'):
+    data.load_examples(config, cased)
+  os.remove(tmp_path / 'built' / 'examples-00000.array_record')
+  with pytest.raises(DataError, match='is missing'):
+    data.load_examples(config, loaded)
+
+
+def _cli(capsys, *argv):
+  """Runs the CLI in this process; returns (exit status, stdout, stderr)."""
+  try:
+    cli.main(list(argv))
+    status = 0
+  except SystemExit as e:
+    status = e.code
+  out, err = capsys.readouterr()
+  return status, out, err
+
+
+def test_cli(corpus_dir, tmp_path, capsys, cache_dir):
+  status, out, _ = _cli(capsys, 'tokenizer', f'--source={corpus_dir}', f'--output={tmp_path}/tok',
+                        '--type=bpe', '--vocab_size=64')
+  assert status == 0 and 'tokenizer.model' in out
+  status, out, _ = _cli(capsys, 'build', f'--source={corpus_dir}', f'--tokenizer={tmp_path}/tok',
+                        f'--output={tmp_path}/out', '--max_seq_length=32', '--processes=1')
+  assert status == 0 and 'fill ratio' in out
+  with open(tmp_path / 'out' / examples_lib.METADATA, encoding='utf-8') as f:
+    metadata = json.load(f)
+  assert metadata['max_seq_length'] == 32 and metadata['tokenizer']['type'] == 'sentencepiece'
+  status, out, _ = _cli(capsys, 'inspect', f'--source={tmp_path}/out', '--examples=2')
+  assert status == 0 and out.count('--- example') == 2 and 'A: [CLS]' in out and 'unknown-token rate' in out
+  # Text sources are packed as the trainer would (and cached).
+  status, out, _ = _cli(capsys, 'inspect', f'--source={corpus_dir}', f'--tokenizer={tmp_path}/tok', '--pieces')
+  assert status == 0 and 'examples:' in out and '[SEP]' in out
+  # An existing output is never replaced without --overwrite, and never deleted if it is not a built dataset.
+  status, _, err = _cli(capsys, 'build', f'--source={corpus_dir}', f'--output={tmp_path}/out')
+  assert status == 1 and err.startswith('error: ') and '--overwrite' in err and len(err.splitlines()) == 1
+  status, _, _ = _cli(capsys, 'build', f'--source={corpus_dir}', f'--tokenizer={tmp_path}/tok',
+                      f'--output={tmp_path}/out', '--max_seq_length=16', '--processes=1', '--overwrite')
+  assert status == 0 and examples_lib.read_metadata(f'{tmp_path}/out')['max_seq_length'] == 16
+  (tmp_path / 'mine').mkdir()
+  (tmp_path / 'mine' / 'notes.txt').write_text('precious')
+  status, _, err = _cli(capsys, 'build', f'--source={corpus_dir}', f'--output={tmp_path}/mine', '--overwrite')
+  assert status == 1 and 'refusing to delete' in err and (tmp_path / 'mine' / 'notes.txt').exists()
+  del cache_dir
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['inspect', '--source=/nonexistent/*.txt'], 'no text files found'),
+    (['inspect', '--source={tmp}/empty.txt', '--tokenizer={tmp}/vocab.txt'], 'holds no text'),
+    (['inspect', '--source={tmp}/binary.txt'], 'NUL bytes'),
+    (['inspect', '--source={tmp}/latin1.txt'], 'not valid UTF-8'),
+    (['inspect', '--source={tmp}/empty.txt', '--tokenizer={tmp}/bad_vocab.txt'], 'lacks the special tokens'),
+])
+def test_cli_bad_input(argv, message, tmp_path, capsys, cache_dir):
+  (tmp_path / 'empty.txt').write_text('\n\n')
+  (tmp_path / 'binary.txt').write_bytes(b'\x00\x01\x02\x03')
+  (tmp_path / 'latin1.txt').write_bytes('na\xefve\n'.encode('latin-1'))
+  (tmp_path / 'vocab.txt').write_text('\n'.join(tokenizer_lib.SPECIAL_PIECES + ('a',)))
+  (tmp_path / 'bad_vocab.txt').write_text('[PAD]\n[UNK]\na\n')
+  status, out, err = _cli(capsys, *(a.format(tmp=tmp_path) for a in argv))
+  assert status == 1 and out == ''
+  assert err.startswith('error: ') and message in err and len(err.strip().splitlines()) == 1
+  del cache_dir

@@ -1,0 +1,88 @@
+"""The batch loader: determinism, epochs, resuming mid-epoch, per-process shares of each global batch."""
+
+import json
+
+import numpy as np
+import pytest
+
+from electra_jax.data import BatchIterator, DataError
+from electra_jax.data.examples import InMemoryExamples
+from electra_jax.masking import SpecialIds
+
+SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
+NUM_EXAMPLES, LENGTH = 103, 8
+
+
+@pytest.fixture(scope='module')
+def examples():
+  """Example i holds token 10 + i (then padding), so a batch's rows name the examples in it."""
+  input_ids = np.zeros((NUM_EXAMPLES, LENGTH), np.int32)
+  input_ids[:, 0] = SPECIAL.cls
+  input_ids[:, 1] = 10 + np.arange(NUM_EXAMPLES)
+  input_ids[:, 2] = SPECIAL.sep
+  segment_ids = np.zeros_like(input_ids)
+  return InMemoryExamples(input_ids, segment_ids)
+
+
+def _rows(batch):
+  return (batch['input_ids'][:, 1] - 10).tolist()
+
+
+def _take(iterator, count):
+  return [_rows(next(iterator)) for _ in range(count)]
+
+
+def test_batches(examples):
+  batch = next(BatchIterator(examples, SPECIAL, batch_size=4, seed=0))
+  assert set(batch) == {'input_ids', 'segment_ids', 'input_mask'}
+  assert all(v.shape == (4, LENGTH) and v.dtype == np.int32 for v in batch.values())
+  np.testing.assert_array_equal(batch['input_mask'], batch['input_ids'] != SPECIAL.pad)
+
+
+def test_same_seed_same_stream(examples):
+  first = _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=3), 30)
+  assert first == _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=3, threads=0), 30)
+  assert first != _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=4), 30)
+
+
+def test_every_epoch_is_a_new_permutation(examples):
+  stream = sum(_take(BatchIterator(examples, SPECIAL, batch_size=8, seed=0), 3 * NUM_EXAMPLES // 8 + 1), [])
+  epochs = [stream[i * NUM_EXAMPLES:(i + 1) * NUM_EXAMPLES] for i in range(3)]
+  for epoch in epochs:
+    assert sorted(epoch) == list(range(NUM_EXAMPLES))  # every example once per epoch
+  assert epochs[0] != epochs[1] != epochs[2]
+
+
+@pytest.mark.parametrize('stop', [5, 12, 13, 40])  # mid-epoch, at an epoch end (103 // 8), later epochs
+def test_resume_continues_the_stream(examples, stop):
+  uninterrupted = _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=1), stop + 10)
+  interrupted = BatchIterator(examples, SPECIAL, batch_size=8, seed=1)
+  _take(interrupted, stop)
+  state = json.loads(json.dumps(interrupted.get_state()))  # as the checkpoint stores it
+  resumed = BatchIterator(examples, SPECIAL, batch_size=8, seed=1)
+  resumed.set_state(state)
+  assert _take(resumed, 10) == uninterrupted[stop:]
+
+
+@pytest.mark.parametrize('process_count', [2, 4])
+def test_processes_partition_each_global_batch(examples, process_count):
+  batch_size = 8
+  global_batches = _take(BatchIterator(examples, SPECIAL, batch_size=batch_size, seed=2), 30)
+  local = [_take(BatchIterator(examples, SPECIAL, batch_size=batch_size, seed=2, process_index=p,
+                               process_count=process_count), 30) for p in range(process_count)]
+  for step, expected in enumerate(global_batches):
+    shares = [local[p][step] for p in range(process_count)]
+    assert all(len(share) == batch_size // process_count for share in shares)
+    assert sorted(sum(shares, [])) == sorted(expected)
+
+
+def test_bad_states_and_sizes(examples):
+  iterator = BatchIterator(examples, SPECIAL, batch_size=8, seed=0)
+  with pytest.raises(DataError, match='older loader'):
+    iterator.set_state({'epoch': 0, 'batch': 3})
+  with pytest.raises(DataError, match='the corpus changed'):
+    iterator.set_state({'grain': {'next_index': 3}, 'num_examples': NUM_EXAMPLES + 1})
+  with pytest.raises(ValueError, match='fewer than one batch'):
+    BatchIterator(examples, SPECIAL, batch_size=NUM_EXAMPLES + 1, seed=0)
+  with pytest.raises(ValueError, match='not divisible'):
+    BatchIterator(examples, SPECIAL, batch_size=9, seed=0, process_count=2)
