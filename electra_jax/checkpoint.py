@@ -82,8 +82,8 @@ def load_config(workdir: str) -> config_lib.TrainConfig:
     values = json.load(f)
   vocab_size = None
   if not values.get('model', {}).get('vocab_size'):
-    from electra_jax.data import Tokenizer  # pylint: disable=g-import-not-at-top  (only runs' configs need it)
-    vocab_size = Tokenizer(os.path.join(workdir, 'tokenizer.model')).vocab_size
+    from electra_jax.data import tokenizer  # pylint: disable=g-import-not-at-top  (only runs' configs need it)
+    vocab_size = tokenizer.load(workdir).vocab_size
   return config_lib.load(values, vocab_size=vocab_size)
 
 

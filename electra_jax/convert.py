@@ -423,12 +423,15 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
-  if 'tokenizer.model' in copied:  # a SentencePiece model: the trainer can read it as data.tokenizer
-    config.data.tokenizer = os.path.join(out, 'tokenizer.model')
-    config.data.vocab_size = config.model.vocab_size
   lowercase = _do_lower_case(out)
   if lowercase is not None:
     config.data.lowercase = bool(lowercase)
+  for name in ('tokenizer.model', 'vocab.txt'):
+    if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
+      data.tokenizer.load(os.path.join(out, name), lowercase=config.data.lowercase).save(out)
+      config.data.tokenizer = out
+      config.data.vocab_size = config.model.vocab_size
+      break
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
   params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
@@ -464,13 +467,10 @@ def import_tf(tf_checkpoint: str, out: str, *, seed: int = 0):
 
 def _pad_id(workdir: str) -> int:
   """The [PAD] id of the workdir's tokenizer (HF's configs record it), 0 if there is none."""
-  if os.path.isfile(os.path.join(workdir, 'tokenizer.model')):
-    return data.Tokenizer(os.path.join(workdir, 'tokenizer.model')).special.pad
-  if os.path.isfile(os.path.join(workdir, 'vocab.txt')):
-    with open(os.path.join(workdir, 'vocab.txt'), encoding='utf-8') as f:
-      vocab = [line.rstrip('\n') for line in f]
-    return vocab.index('[PAD]') if '[PAD]' in vocab else 0
-  return 0
+  try:
+    return data.tokenizer.load(workdir).special.pad
+  except data.DataError:
+    return 0
 
 
 def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:

@@ -32,38 +32,19 @@ class DetectError(ValueError):
 
 
 class WorkdirTokenizer:
-  """Text -> ([CLS] ids [SEP], their token strings) with the tokenizer a workdir holds."""
+  """Text -> ([CLS] ids [SEP], their token strings) with the tokenizer a workdir holds (SentencePiece or WordPiece)."""
 
-  def __init__(self, workdir: str, lowercase: bool):
-    sentencepiece = os.path.join(workdir, 'tokenizer.model')
-    wordpiece = os.path.join(workdir, 'vocab.txt')
-    if os.path.isfile(sentencepiece):
-      self.sentencepiece = data.Tokenizer(sentencepiece, lowercase)
-      self.wordpiece = None
-    elif os.path.isfile(wordpiece):
-      from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-      self.sentencepiece = None
-      self.wordpiece = BertWordPieceTokenizer(wordpiece, lowercase=self._do_lower_case(workdir, lowercase))
-    else:
-      raise DetectError(f'{workdir} has no tokenizer.model (SentencePiece) or vocab.txt (WordPiece)')
-
-  @staticmethod
-  def _do_lower_case(workdir: str, default: bool) -> bool:
-    """HF records casing in tokenizer_config.json; otherwise the run's data.lowercase decides."""
-    path = os.path.join(workdir, 'tokenizer_config.json')
-    if os.path.isfile(path):
-      with open(path, encoding='utf-8') as f:
-        return bool(json.load(f).get('do_lower_case', default))
-    return default
+  def __init__(self, workdir: str):
+    try:
+      self.tokenizer = data.tokenizer.load(workdir)
+    except data.DataError as e:
+      raise DetectError(str(e)) from None
 
   def encode(self, text: str) -> tuple[list[int], list[str]]:
     """[CLS] text [SEP] as (ids, tokens), both of length = number of tokens + 2."""
-    if self.wordpiece is not None:
-      encoding = self.wordpiece.encode(text)  # adds [CLS] and [SEP]
-      return list(encoding.ids), list(encoding.tokens)
-    special = self.sentencepiece.special
-    ids = [special.cls] + self.sentencepiece.encode([text])[0] + [special.sep]
-    return ids, self.sentencepiece.pieces(ids)
+    special = self.tokenizer.special
+    ids = [special.cls] + self.tokenizer.encode([text])[0] + [special.sep]
+    return ids, self.tokenizer.pieces(ids)
 
 
 @functools.partial(jax.jit, static_argnames='config')
@@ -78,7 +59,7 @@ class Detector:
   """A workdir's discriminator and tokenizer, loaded once for any number of texts."""
 
   def __init__(self, workdir: str, step: int | None = None):
-    self.tokenizer = WorkdirTokenizer(workdir, checkpoint.load_config(workdir).data.lowercase)  # fails fast
+    self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = checkpoint.load_params(workdir, step)
 
   def __call__(self, text: str) -> list[dict]:

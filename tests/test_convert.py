@@ -143,7 +143,7 @@ def test_import_hf_pair_gives_transformers_logits(imported):
   assert (config.model.embedding_size, config.model.hidden_size) == (embedding_size, hidden)
   assert config.data.lowercase
   assert sorted(f for f in os.listdir(imported['workdir']) if not f.startswith(('checkpoints', 'config'))) == [
-      'tokenizer_config.json', 'vocab.txt']
+      'electra_tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
   ids, segments, mask = example_batch()
   assert_logits_close(our_logits(config.model, imported['params'], ids, segments, mask),
                       hf_logits(imported['disc'], imported['gen'], ids, segments, mask), mask)

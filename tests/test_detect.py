@@ -120,4 +120,4 @@ def test_workdir_without_tokenizer_is_one_clear_error(own_run, tmp_path, capsys)
   with pytest.raises(SystemExit) as exit_info:
     detect.main(['--checkpoint', workdir, 'the cat'])
   assert exit_info.value.code == 1
-  assert 'no tokenizer.model (SentencePiece) or vocab.txt (WordPiece)' in capsys.readouterr().err
+  assert 'holds no tokenizer (tokenizer.model or vocab.txt)' in capsys.readouterr().err
