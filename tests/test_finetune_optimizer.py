@@ -62,7 +62,7 @@ def test_updates_are_scaled_per_layer():
     tx, _ = optimizer.make_optimizer(dataclasses.replace(config, layerwise_lr_decay=decay), 2, 100)
     state = tx.init(params)
     state = jax.tree.map(lambda x: x + 5 if x.dtype == jnp.int32 else x, state)  # step 5 (warm-up): lr > 0
-    updates[decay], _ = tx.update(grads, state, params)
+    updates[decay], _ = jax.jit(tx.update)(grads, state, params)
   ratio = jax.tree.map(lambda a, b: float(jnp.mean(a / b)), updates[0.8], updates[1.0])
   expected = optimizer.lr_multipliers(params, 2, 0.8)
   assert jax.tree.leaves(expected) == pytest.approx([0.8 ** 3, 0.8 ** 3, 0.8 ** 2, 0.8 ** 4, 0.8 ** 4, 1.0])
