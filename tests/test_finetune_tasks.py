@@ -66,7 +66,7 @@ def test_conll_directory(tmp_path):
 
 
 def test_unknown_task_is_a_clear_error(tmp_path):
-  with pytest.raises(ConfigError, match='GLUE name'):
+  with pytest.raises(ConfigError, match='unknown task'):
     tasks.get_task('nope')
   with pytest.raises(ConfigError, match='train and dev'):
     tasks.get_task(str(tmp_path))

@@ -139,20 +139,24 @@ SQUAD_TASKS = {
 }
 
 
+# Every named task; a new one is one entry, e.g.
+#   TASKS['imdb'] = Task(name='imdb', kind=CLASSIFICATION, source='tfds', location='imdb_reviews',
+#                        features=('text',), labels=('neg', 'pos'), dev_splits=(Split('dev', 'test'),))
+TASKS = {**GLUE, **SQUAD_TASKS}
+
+
 def get_task(name: str, kind: str = '') -> Task:
-  """The declaration for a GLUE name, squad_v1/squad_v2, or a directory of local files.
+  """The declaration for a name in TASKS (GLUE, squad_v1/squad_v2, ...) or a directory of local files.
 
   `kind` forces 'classification' or 'regression' for a TSV directory (default: guessed from the labels).
   """
   key = ALIASES.get(name.lower(), name.lower())
-  if key in GLUE:
-    return GLUE[key]
-  if key in SQUAD_TASKS:
-    return SQUAD_TASKS[key]
+  if key in TASKS:
+    return TASKS[key]
   if name and os.path.isdir(os.path.expanduser(name)):
     return _file_task(os.path.expanduser(name), kind)
-  raise ConfigError(f'unknown task {name!r}: give a GLUE name ({", ".join(GLUE)}), squad_v1, squad_v2, or a '
-                    'directory holding train/dev(/test) .tsv or .conll files (optionally .gz)')
+  raise ConfigError(f'unknown task {name!r}: give one of {", ".join(TASKS)}, or a directory holding '
+                    'train/dev(/test) .tsv or .conll files (optionally .gz)')
 
 
 # Local files.
@@ -277,13 +281,13 @@ def read(task: Task, split: str, *, data_dir: str = '') -> list:
   if task.kind == SQUAD:
     return [_squad_example(r) for r in records]
   examples = []
-  for r in records:
+  for i, r in enumerate(records):
     label = r['label'].item() if hasattr(r['label'], 'item') else r['label']
     if task.kind == CLASSIFICATION:
       label = task.labels[int(label)] if 0 <= int(label) < len(task.labels) else None
     else:
       label = float(label) if split != 'test' else None
-    idx = r['idx'].item() if hasattr(r['idx'], 'item') else r['idx']
+    idx = r['idx'].item() if hasattr(r.get('idx'), 'item') else r.get('idx', i)
     examples.append(TextExample(str(idx), tuple(_text(r[f]) for f in task.features), label))
   return examples
 
