@@ -49,6 +49,22 @@ class TaggingHead(nn.Module):
     return {'logits': dense(self.num_outputs, self.config, ('embed', None), 'dense')(x).astype(jnp.float32)}
 
 
+class PairDense(nn.Module):
+  """dense(features)([a; b]) computed as a W_a + b W_b: `a` [..., H] and `b` [..., H'] broadcast against each
+  other (e.g. every token with each of k start tokens) without materialising their concatenation."""
+  features: int
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, a, b):
+    c = self.config
+    init = nn.with_logical_partitioning(nn.initializers.truncated_normal(c.initializer_range), (None, None))
+    kernel = self.param('kernel', init, (a.shape[-1] + b.shape[-1], self.features)).astype(c.dtype)
+    bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
+                      (self.features,)).astype(c.dtype)
+    return a.astype(c.dtype) @ kernel[:a.shape[-1]] + b.astype(c.dtype) @ kernel[a.shape[-1]:] + bias
+
+
 class SquadHead(nn.Module):
   """Span (and, for SQuAD 2.0, answerability) logits.
 
@@ -67,16 +83,16 @@ class SquadHead(nn.Module):
     answer_mask = (batch['input_mask'] * batch['segment_ids']).astype(jnp.float32).at[:, 0].set(1.0)
     start_logits = dense(1, c, ('embed', None), 'start_logits')(hidden)[..., 0].astype(jnp.float32)
     start_logits -= NEG * (1.0 - answer_mask)
-    end_hidden = dense(512, c, (None, None), 'end_hidden')
+    end_hidden = PairDense(512, c, name='end_hidden')
     end_output = dense(1, c, (None, None), 'end_logits')
 
     def end_logits_given(start_features):
-      """start_features [batch, ..., H] (one per start) -> [batch, ..., length] end logits."""
-      h = jnp.broadcast_to(hidden.reshape(hidden.shape[:1] + (1,) * (start_features.ndim - 2) + hidden.shape[1:]),
-                           start_features.shape[:-1] + hidden.shape[1:])
-      s = jnp.broadcast_to(start_features[..., None, :], h.shape)
-      logits = end_output(gelu(end_hidden(jnp.concatenate([h, s], axis=-1))))[..., 0].astype(jnp.float32)
-      return logits - NEG * (1.0 - answer_mask.reshape(answer_mask.shape[:1] + (1,) * (logits.ndim - 2) + (length,)))
+      """start_features [batch, H] (gold) or [batch, k, H] (beam) -> end logits [batch, (k,) length]."""
+      if start_features.ndim == 2:
+        h, mask = end_hidden(hidden, start_features[:, None, :]), answer_mask
+      else:
+        h, mask = end_hidden(hidden[:, None], start_features[:, :, None, :]), answer_mask[:, None]
+      return end_output(gelu(h))[..., 0].astype(jnp.float32) - NEG * (1.0 - mask)
 
     if train:
       gold = jax.nn.one_hot(batch['start_positions'], length, dtype=hidden.dtype)
