@@ -133,8 +133,11 @@ class Predictor:
     ids = jnp.zeros((1, 16), jnp.int32)
     abstract = jax.eval_shape(lambda: nn.meta.unbox(self.model.init(
         jax.random.PRNGKey(0), {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids})['params']))
+    params_dir = os.path.join(workdir, 'seeds', str(seed), 'params')
+    if not os.path.isdir(params_dir):
+      raise ConfigError(f'{params_dir} does not exist: fine-tune with --config.save_model=True (the default)')
     with ocp.StandardCheckpointer() as checkpointer:
-      self.params = checkpointer.restore(os.path.join(workdir, 'seeds', str(seed), 'params'), abstract)
+      self.params = checkpointer.restore(params_dir, abstract)
     self.eval_fn = jax.jit(lambda params, batch: eval_step(params, batch, model=self.model))
 
   def examples(self, inputs: list) -> list:

@@ -225,6 +225,21 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
   return state
 
 
+def _load_splits(task: tasks.Task, tokenizer, c: FinetuneConfig):
+  """(training examples, training Features, [(split, examples, Features)] of the dev and test splits)."""
+  train_examples = tasks.read(task, task.train_split, data_dir=c.tfds_data_dir)
+  train_feats = predict.encode(task, train_examples, tokenizer, c.max_seq_length, c.squad, training=True)
+  if not len(train_feats):
+    raise data.DataError(f'task {task.name} has no usable training examples')
+  evals = []
+  # Test splits (unlabelled for GLUE) are only predicted, so only read when predictions are written.
+  for split in task.dev_splits + (task.test_splits if c.write_predictions else ()):
+    examples = tasks.read(task, split.source, data_dir=c.tfds_data_dir)
+    evals.append((split, examples, predict.encode(task, examples, tokenizer, c.max_seq_length, c.squad,
+                                                  training=False)))
+  return train_examples, train_feats, evals
+
+
 def run(config, workdir: str) -> dict:
   """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results."""
   c = load_config(config)
@@ -243,15 +258,7 @@ def run(config, workdir: str) -> dict:
   c = dataclasses.replace(c, optimizer=c.optimizer.for_model(model_config.hidden_size),
                           epochs=c.epochs or task.epochs, max_seq_length=max_seq_length)
 
-  train_examples = tasks.read(task, task.train_split, data_dir=c.tfds_data_dir)
-  train_feats = predict.encode(task, train_examples, tokenizer, max_seq_length, c.squad, training=True)
-  if not len(train_feats):
-    raise data.DataError(f'task {task.name} has no usable training examples')
-  evals = []
-  for split in task.dev_splits + task.test_splits:
-    examples = tasks.read(task, split.source, data_dir=c.tfds_data_dir)
-    evals.append((split, examples, predict.encode(task, examples, tokenizer, max_seq_length, c.squad,
-                                                  training=False)))
+  train_examples, train_feats, evals = _load_splits(task, tokenizer, c)
 
   mesh = sharding.make_mesh(c.mesh)
   model = heads.make_model(task, model_config, c.head_dropout, c.squad)
