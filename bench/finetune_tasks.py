@@ -5,12 +5,13 @@ several seeds; prints (and writes) a Markdown table of dev medians.
       --tasks=polarity,hedge,pos --seeds=3 --workdir=/tmp/finetune_bench [--max_train=2000 --epochs=2]
 
 Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, header optional) or .conll(.gz) files.
-`--max_train` keeps the first N training examples (a copy of the task under WORKDIR/data) for quick CPU runs.
+`--max_train` keeps N random training examples (a copy of the task under WORKDIR/data) for quick CPU runs.
 """
 
 import gzip
 import json
 import os
+import random
 import sys
 import time
 
@@ -26,7 +27,7 @@ _TASKS_DIR = flags.DEFINE_string('tasks_dir', '../shared/data/tasks', 'Directory
 _TASKS = flags.DEFINE_list('tasks', ['polarity', 'hedge', 'pos'], 'Task directories under --tasks_dir.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds per task and initialisation.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/finetune_bench', 'Where runs, results and the table go.')
-_MAX_TRAIN = flags.DEFINE_integer('max_train', 0, 'Keep the first N training examples (0: all).')
+_MAX_TRAIN = flags.DEFINE_integer('max_train', 0, 'Keep N random training examples (0: all).')
 _EPOCHS = flags.DEFINE_float('epochs', 0.0, 'Training epochs (0: the task default, 3).')
 _LR = flags.DEFINE_float('learning_rate', 0.0, 'Peak learning rate (0: the paper value for the model width).')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'Training batch.')
@@ -38,23 +39,21 @@ def _open(path, mode):
 
 
 def subsample(task_dir: str, out_dir: str, n: int) -> str:
-  """A copy of `task_dir` whose train file keeps its first n examples (TSV rows or CoNLL sentences)."""
+  """A copy of `task_dir` whose train file keeps n random examples (TSV rows or CoNLL sentences), in file order
+  (files may be sorted by label)."""
   os.makedirs(out_dir, exist_ok=True)
   for name in sorted(os.listdir(task_dir)):
     with _open(os.path.join(task_dir, name), 'rt') as f:
       lines = f.read().splitlines()
     if name.startswith('train'):
+      header = []
       if '.conll' in name:
-        kept, sentences = [], 0
-        for line in lines:
-          if sentences >= n:
-            break
-          kept.append(line)
-          sentences += not line.strip()
-        lines = kept
+        examples = '\n'.join(lines).strip('\n').split('\n\n')
       else:
         header = lines[:1] if lines and lines[0].split('\t')[0].strip().lower() == 'label' else []
-        lines = header + lines[len(header):len(header) + n]
+        examples = lines[len(header):]
+      keep = sorted(random.Random(0).sample(range(len(examples)), min(n, len(examples))))
+      lines = header + [examples[i] + ('\n' if '.conll' in name else '') for i in keep]
     with open(os.path.join(out_dir, name.removesuffix('.gz')), 'w', encoding='utf-8') as f:
       f.write('\n'.join(lines) + '\n')
   return out_dir

@@ -151,6 +151,10 @@ def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file,
   np.testing.assert_array_equal(state.params['discriminator']['encoder']['layer_0']['output']['dense']['kernel'],
                                 saved['discriminator']['encoder']['layer_0']['output']['dense']['kernel'])
   assert 'discriminator_predictions' not in state.params['discriminator']
+  # The state owns its buffers: donating it to the train step must leave the pre-trained params for the next seed.
+  pointer = lambda x: x.addressable_shards[0].data.unsafe_buffer_pointer()
+  assert pointer(state.params['embeddings']['word_embeddings']['embedding']) != pointer(
+      pretrained['embeddings']['word_embeddings']['embedding'])
 
 
 def _squad_records(split, count, seed):

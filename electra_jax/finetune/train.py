@@ -123,7 +123,8 @@ def _take_pretrained(target, source, where: str):
     if value is None or value.shape != leaf.shape:
       raise CheckpointError(f'the pre-trained checkpoint has no parameter {where}/{"/".join(path)} of shape '
                             f'{leaf.shape}: it does not match the model config saved with it')
-    out[path] = jax.device_put(value, leaf.sharding).astype(leaf.dtype)
+    # A copy (may_alias=False): the train step donates the state, and the next seed starts from `source` again.
+    out[path] = jax.device_put(value.astype(leaf.dtype), leaf.sharding, may_alias=False)
   return flax.traverse_util.unflatten_dict(out)
 
 
