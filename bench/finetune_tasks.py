@@ -15,7 +15,7 @@ import random
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -83,6 +83,7 @@ def make_config(task_dir: str, pretrained: str, from_scratch: bool):
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)
   pretrained = os.path.abspath(_PRETRAINED.value)
   rows = []
   for name in _TASKS.value:
