@@ -1,6 +1,9 @@
 """The one entry point: flags and dispatch only.
 
   python -m electra_jax.main --config=configs/tiny.py --workdir=/tmp/electra [--config.train_steps=100]
+  python -m electra_jax.main --mode=finetune --config=configs/finetune.py --config.task=rte \
+      --config.init_checkpoint=/tmp/electra --workdir=/tmp/rte
+  python -m electra_jax.main --mode=predict --config=configs/finetune.py --config.predict_input=FILE --workdir=/tmp/rte
 """
 
 import sys
@@ -8,12 +11,14 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import checkpoint, config, data, sharding, trainer
+from electra_jax import checkpoint, config, data, finetune, sharding, trainer
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A config file under configs/, e.g. configs/tiny.py.',
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard events.')
-_MODE = flags.DEFINE_enum('mode', 'pretrain', ['pretrain'], 'What to run.')
+_MODE = flags.DEFINE_enum('mode', 'pretrain', ['pretrain', 'finetune', 'predict'],
+                          'What to run: pre-train, fine-tune (configs/finetune.py), or predict with a fine-tuned '
+                          'WORKDIR.')
 
 # Errors caused by the user's input: print one clear line instead of a traceback.
 USER_ERRORS = (config.ConfigError, data.DataError, checkpoint.CheckpointError, trainer.TrainingError)
@@ -39,7 +44,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   sharding.initialize_distributed()
   try:
-    trainer.train(_CONFIG.value, _WORKDIR.value)
+    run = {'pretrain': trainer.train, 'finetune': finetune.run, 'predict': finetune.predict_main}[_MODE.value]
+    run(_CONFIG.value, _WORKDIR.value)
   except USER_ERRORS as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)

@@ -1,0 +1,117 @@
+"""Fine-tunes a pre-trained workdir, and the same architecture and tokenizer from scratch, on local tasks over
+several seeds; prints (and writes) a Markdown table of dev medians.
+
+  python bench/finetune_tasks.py --pretrained=/tmp/electra --tasks_dir=../shared/data/tasks \
+      --tasks=polarity,hedge,pos --seeds=3 --workdir=/tmp/finetune_bench [--max_train=2000 --epochs=2]
+
+Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, header optional) or .conll(.gz) files.
+`--max_train` keeps N random training examples (a copy of the task under WORKDIR/data) for quick CPU runs.
+"""
+
+import gzip
+import json
+import os
+import random
+import sys
+import time
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_PRETRAINED = flags.DEFINE_string('pretrained', None, 'A pre-training WORKDIR (config.json, tokenizer.model, '
+                                  'checkpoints/).')
+_TASKS_DIR = flags.DEFINE_string('tasks_dir', '../shared/data/tasks', 'Directory holding one directory per task.')
+_TASKS = flags.DEFINE_list('tasks', ['polarity', 'hedge', 'pos'], 'Task directories under --tasks_dir.')
+_SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds per task and initialisation.')
+_WORKDIR = flags.DEFINE_string('workdir', '/tmp/finetune_bench', 'Where runs, results and the table go.')
+_MAX_TRAIN = flags.DEFINE_integer('max_train', 0, 'Keep N random training examples (0: all).')
+_EPOCHS = flags.DEFINE_float('epochs', 0.0, 'Training epochs (0: the task default, 3).')
+_LR = flags.DEFINE_float('learning_rate', 0.0, 'Peak learning rate (0: the paper value for the model width).')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Training batch.')
+_MAX_LEN = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per example.')
+
+
+def _open(path, mode):
+  return gzip.open(path, mode, encoding='utf-8') if path.endswith('.gz') else open(path, mode, encoding='utf-8')
+
+
+def subsample(task_dir: str, out_dir: str, n: int) -> str:
+  """A copy of `task_dir` whose train file keeps n random examples (TSV rows or CoNLL sentences), in file order
+  (files may be sorted by label)."""
+  os.makedirs(out_dir, exist_ok=True)
+  for name in sorted(os.listdir(task_dir)):
+    with _open(os.path.join(task_dir, name), 'rt') as f:
+      lines = f.read().splitlines()
+    if name.startswith('train'):
+      header = []
+      if '.conll' in name:
+        examples = '\n'.join(lines).strip('\n').split('\n\n')
+      else:
+        header = lines[:1] if lines and lines[0].split('\t')[0].strip().lower() == 'label' else []
+        examples = lines[len(header):]
+      keep = sorted(random.Random(0).sample(range(len(examples)), min(n, len(examples))))
+      lines = header + [examples[i] + ('\n' if '.conll' in name else '') for i in keep]
+    with open(os.path.join(out_dir, name.removesuffix('.gz')), 'w', encoding='utf-8') as f:
+      f.write('\n'.join(lines) + '\n')
+  return out_dir
+
+
+def make_config(task_dir: str, pretrained: str, from_scratch: bool):
+  config = finetune_config.get_config()
+  config.task = task_dir
+  config.seeds = _SEEDS.value
+  config.epochs = _EPOCHS.value
+  config.batch_size = _BATCH.value
+  config.max_seq_length = _MAX_LEN.value
+  config.optimizer.learning_rate = _LR.value
+  config.save_model = False
+  config.write_predictions = False
+  config.log_every = 1000
+  if from_scratch:
+    with open(os.path.join(pretrained, 'config.json'), encoding='utf-8') as f:
+      saved = json.load(f)
+    config.model.update(saved['model'])
+    config.data.tokenizer = os.path.join(pretrained, 'tokenizer.model')
+    config.data.lowercase = saved['data'].get('lowercase', True)
+  else:
+    config.init_checkpoint = pretrained
+  return config
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  pretrained = os.path.abspath(_PRETRAINED.value)
+  rows = []
+  for name in _TASKS.value:
+    task_dir = os.path.join(_TASKS_DIR.value, name)
+    if _MAX_TRAIN.value:
+      task_dir = subsample(task_dir, os.path.join(_WORKDIR.value, 'data', name), _MAX_TRAIN.value)
+    row = {'task': name}
+    for label, scratch in (('pre-trained', False), ('from scratch', True)):
+      start = time.time()
+      results = finetune.run(make_config(task_dir, pretrained, scratch),
+                             os.path.join(_WORKDIR.value, name, label.replace(' ', '_')))
+      main_metric = results['main_metric']
+      row['metric'] = main_metric
+      row[label] = (results['median'][main_metric], [s[main_metric] for s in results['seeds']])
+      row[label + ' time'] = time.time() - start
+    rows.append(row)
+  lines = [f'| task | dev metric | pre-trained (median of {_SEEDS.value}) | from scratch (median) | seeds (pre-trained) '
+           '| seeds (from scratch) |', '|---|---|---:|---:|---|---|']
+  for row in rows:
+    seeds = lambda key: ', '.join(f'{100 * v:.1f}' for v in row[key][1])  # pylint: disable=cell-var-from-loop
+    lines.append(f'| {row["task"]} | {row["metric"]} | {100 * row["pre-trained"][0]:.2f} | '
+                 f'{100 * row["from scratch"][0]:.2f} | {seeds("pre-trained")} | {seeds("from scratch")} |')
+  table = '\n'.join(lines) + '\n'
+  print(table)
+  with open(os.path.join(_WORKDIR.value, 'table.md'), 'w', encoding='utf-8') as f:
+    f.write(table)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['pretrained'])
+  app.run(main)

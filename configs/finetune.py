@@ -1,0 +1,57 @@
+"""Every key of a fine-tuning run (`--mode=finetune`), with its default.
+
+  python -m electra_jax.main --mode=finetune --config=configs/finetune.py --config.task=rte \
+      --config.init_checkpoint=PRETRAIN_WORKDIR --workdir=/tmp/rte --config.seeds=10
+
+0 for learning_rate, layerwise_lr_decay, epochs and max_seq_length means the paper's value for the model width
+(lr 3e-4 small / 1e-4 base / 5e-5 large; decay 0.8 / 0.8 / 0.9) or for the task (3 epochs, 10 for RTE and
+STS-B, 2 for SQuAD; length 128, 512 for SQuAD).
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.task = ''  # A GLUE name (cola sst2 mrpc stsb qqp mnli qnli rte wnli), squad_v1, squad_v2, or a directory.
+  config.task_kind = ''  # For a TSV directory: '' guesses from the labels, or 'classification' / 'regression'.
+  config.init_checkpoint = ''  # A pre-training WORKDIR (config.json, tokenizer.model, checkpoints/); '': from scratch.
+  config.seed = 0  # First seed; seeds seed .. seed + seeds - 1 (head init, dropout, data order).
+  config.seeds = 1  # Runs to report the median of (the paper reports the median of 10).
+  config.epochs = 0.0  # Training epochs; 0: the task's.
+  config.batch_size = 32  # Training batch.
+  config.eval_batch_size = 64  # Evaluation batch (lower it for SQuAD on small memory).
+  config.max_seq_length = 0  # Tokens per example; 0: the task's.
+  config.head_dropout = 0.1  # Dropout before the classification/tagging dense layer.
+  config.log_every = 100  # Steps between loss lines on stderr.
+  config.tfds_data_dir = ''  # tensorflow-datasets data_dir for GLUE/SQuAD; '': tfds's default.
+  config.save_model = True  # Save each seed's fine-tuned params under WORKDIR/seeds/<seed>/params.
+  config.write_predictions = True  # Dev predictions and test submission files under WORKDIR/seeds/<seed>/predictions.
+  config.predict_input = ''  # --mode=predict: a file with one example per line ('-': stdin).
+  config.predict_output = ''  # --mode=predict: where predictions go ('': stdout).
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.learning_rate = 0.0  # Peak learning rate; 0: the paper's for the model width.
+  config.optimizer.layerwise_lr_decay = 0.0  # lr * decay^(L+2-depth); 0: the paper's (0.8, 0.9 large); 1: off.
+  config.optimizer.warmup_fraction = 0.1  # Linear warm-up over this fraction of the steps, then linear decay to 0.
+  config.optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-6
+  config.optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
+  config.optimizer.bias_correction = False  # The official ELECTRA Adam has none.
+
+  config.squad = ml_collections.ConfigDict()
+  config.squad.doc_stride = 128  # Tokens between the starts of a context's windows.
+  config.squad.max_query_length = 64  # Question tokens kept.
+  config.squad.beam_size = 20  # Top start (and, per start, end) positions searched (n-best).
+  config.squad.max_answer_length = 30  # Longest answer in tokens.
+  config.squad.answerable_weight = 0.5  # Weight of the SQuAD 2.0 answerability loss.
+
+  base = default.get_config()
+  config.model = base.model  # From scratch only: the model (a pre-trained WORKDIR brings its own).
+  config.data = base.data  # From scratch only: data.tokenizer, or a tokenizer trained on data.source.
+  config.mesh = base.mesh  # Device mesh and sharding rules, as in pre-training.
+  return config

@@ -1,0 +1,14 @@
+"""Fine-tuning and evaluation of pre-trained ELECTRA discriminators (GLUE, SQuAD, tagging, local tasks).
+
+  tasks      task declarations (GLUE, SQuAD, local TSV/CoNLL directories) and example readers
+  features   examples -> fixed-shape arrays, batching;  squad: context windows and answer decoding
+  heads      the task heads on Electra.encode, and their losses
+  optimizer  AdamW with layer-wise learning-rate decay
+  metrics    accuracy, F1, MCC, Pearson/Spearman, SQuAD EM/F1, span F1
+  train      the multi-seed fine-tuning loop and results;  predict: inference and prediction files
+"""
+
+from electra_jax.finetune.predict import Predictor, predict_main
+from electra_jax.finetune.train import run
+
+__all__ = ['Predictor', 'predict_main', 'run']

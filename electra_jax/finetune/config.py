@@ -1,0 +1,89 @@
+"""Frozen, typed views of a fine-tuning config (configs/finetune.py); jitted code never sees a ConfigDict."""
+
+import dataclasses
+from typing import Any
+
+from electra_jax import config as config_lib
+from electra_jax.config import ConfigError, ModelConfig
+
+# Paper settings by model width (ELECTRA appendix): (peak learning rate, layer-wise decay).
+PAPER_SETTINGS = ((1024, 5e-5, 0.9), (768, 1e-4, 0.8), (0, 3e-4, 0.8))  # large, base, small
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadConfig:
+  doc_stride: int = 128
+  max_query_length: int = 64
+  beam_size: int = 20
+  max_answer_length: int = 30
+  answerable_weight: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """AdamW with layer-wise learning-rate decay; 0 for learning_rate/layerwise_lr_decay means the paper value."""
+  learning_rate: float = 0.0
+  layerwise_lr_decay: float = 0.0
+  warmup_fraction: float = 0.1
+  weight_decay: float = 0.01
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-6
+  clip_norm: float = 1.0
+  bias_correction: bool = False
+
+  def __post_init__(self):
+    if not 0 <= self.warmup_fraction < 1:
+      raise ConfigError(f'optimizer.warmup_fraction must be in [0, 1), got {self.warmup_fraction}')
+    if not 0 <= self.layerwise_lr_decay <= 1:
+      raise ConfigError(f'optimizer.layerwise_lr_decay must be in [0, 1] (1: no decay), got '
+                        f'{self.layerwise_lr_decay}')
+
+  def for_model(self, hidden_size: int) -> 'OptimizerConfig':
+    """Fills learning_rate and layerwise_lr_decay left at 0 with the paper's values for this model width."""
+    _, lr, decay = next(s for s in PAPER_SETTINGS if hidden_size >= s[0])
+    return dataclasses.replace(self, learning_rate=self.learning_rate or lr,
+                               layerwise_lr_decay=self.layerwise_lr_decay or decay)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+  """A fine-tuning run; `model` is used only from scratch (a pre-trained workdir brings its own)."""
+  task: str = ''
+  task_kind: str = ''
+  init_checkpoint: str = ''
+  seed: int = 0
+  seeds: int = 1
+  epochs: float = 0.0
+  batch_size: int = 32
+  eval_batch_size: int = 64
+  max_seq_length: int = 0
+  head_dropout: float = 0.1
+  log_every: int = 100
+  tfds_data_dir: str = ''
+  save_model: bool = True
+  write_predictions: bool = True
+  predict_input: str = ''
+  predict_output: str = ''
+  optimizer: OptimizerConfig = OptimizerConfig()
+  squad: SquadConfig = SquadConfig()
+  model: ModelConfig = ModelConfig()
+  data: Any = None  # a DataConfig: the tokenizer when training from scratch
+  mesh: Any = None  # a MeshConfig
+
+  def __post_init__(self):
+    for name in ('seeds', 'batch_size', 'eval_batch_size', 'log_every'):
+      if getattr(self, name) <= 0:
+        raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
+    if self.epochs < 0 or self.max_seq_length < 0:
+      raise ConfigError('config keys epochs and max_seq_length must be >= 0 (0: the task default)')
+
+
+def load(config) -> FinetuneConfig:
+  """ConfigDict (or nested dict) of configs/finetune.py -> a validated FinetuneConfig."""
+  from electra_jax import data, sharding  # pylint: disable=g-import-not-at-top  (they import electra_jax.config)
+  values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  sub = {'optimizer': OptimizerConfig, 'squad': SquadConfig, 'model': ModelConfig, 'data': data.DataConfig,
+         'mesh': sharding.MeshConfig}
+  parts = {name: config_lib.from_dict(cls, dict(values.pop(name, {})), where=name) for name, cls in sub.items()}
+  return config_lib.from_dict(FinetuneConfig, values, where='config', **parts)

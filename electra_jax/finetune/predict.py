@@ -1,0 +1,183 @@
+"""Inference with a fine-tuned model: examples -> features -> head outputs -> predictions, and the files they go
+to (dev predictions, GLUE/SQuAD submission files). `Predictor(workdir)` loads what `train.run` saved.
+
+Input of `--mode=predict` (`--config.predict_input`, one example per line; '-' for stdin):
+  classification/regression  `sentence[<TAB>sentence2]`;  tagging  whitespace-separated words;
+  squad                      `question<TAB>context`.
+Output: one prediction per line (label, number, space-separated tags, or answer text).
+"""
+
+import csv
+import json
+import os
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from electra_jax import data, sharding
+from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.finetune import features as features_lib
+from electra_jax.finetune import heads, squad, tasks
+from electra_jax.finetune.config import FinetuneConfig, SquadConfig, load as load_config
+
+INPUTS = ('input_ids', 'segment_ids', 'input_mask')
+
+
+def eval_step(params, batch, *, model: heads.Finetuner):
+  """The head's predictions for a batch (see heads.predictions), dropout off."""
+  return heads.predictions(model.kind, model.apply({'params': params}, batch, train=False))
+
+
+def encode(task: tasks.Task, examples: list, tokenizer: data.Tokenizer, max_seq_length: int,
+           squad_config: SquadConfig, *, training: bool) -> features_lib.Features:
+  """Examples -> Features for any task kind."""
+  if task.kind == tasks.TAGGING:
+    return features_lib.encode_words(task, examples, tokenizer, max_seq_length)
+  if task.kind == tasks.SQUAD:
+    return squad.encode(examples, tokenizer, max_seq_length, squad_config, training=training)
+  return features_lib.encode_texts(task, examples, tokenizer, max_seq_length, training=training)
+
+
+def infer(eval_fn, params, feats: features_lib.Features, batch_size: int, batch_sharding=None) -> dict:
+  """`eval_fn(params, batch)` on every row of `feats`; host arrays with leading dimension len(feats)."""
+  outputs = []
+  for batch in features_lib.eval_batches(feats.arrays, batch_size, jax.process_index(),
+                                         jax.process_count() if batch_sharding is not None else 1):
+    batch = {k: batch[k] for k in INPUTS}
+    if batch_sharding is not None:
+      batch = sharding.global_batch(batch, batch_sharding)
+    outputs.append(eval_fn(params, batch))
+  outputs = jax.device_get(outputs)
+  return {k: np.concatenate([o[k] for o in outputs])[:len(feats)] for k in outputs[0]} if outputs else {}
+
+
+def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_config: SquadConfig) -> list:
+  """Per-example predictions: a label name, a number, a list of tags, or {'answer', 'null_odds'} (SQuAD)."""
+  if not len(feats):
+    return [{'answer': '', 'null_odds': None} for _ in feats.examples] if task.kind == tasks.SQUAD else []
+  if task.kind == tasks.CLASSIFICATION:
+    return [task.labels[i] for i in np.argmax(outputs['logits'], -1)]
+  if task.kind == tasks.REGRESSION:
+    return [float(x) for x in outputs['logits'][:, 0]]
+  if task.kind == tasks.TAGGING:
+    fallback = 'O' if 'O' in task.labels else task.labels[0]
+    result = []
+    for example, tags, positions in zip(feats.examples, outputs['tags'], feats.word_positions):
+      predicted = [task.labels[t] for t in tags[positions]]
+      result.append(predicted + [fallback] * (len(example.words) - len(predicted)))
+    return result
+  answers, null_odds = squad.decode(feats, outputs, squad_config, task.squad_v2)
+  return [{'answer': answers[e.guid], 'null_odds': null_odds.get(e.guid)} for e in feats.examples]
+
+
+def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, examples: list, predicted: list):
+  """Writes one split's predictions under `directory`:
+
+  GLUE: `index<TAB>prediction` (the submission format; test splits under their GLUE file name, e.g. MNLI-m.tsv);
+  local TSV: the input format with the predicted label; CoNLL: `word<TAB>predicted tag`;
+  SQuAD: {id: answer} JSON (+ null_odds.json for 2.0, for the official script's threshold search).
+  """
+  os.makedirs(directory, exist_ok=True)
+  if task.kind == tasks.SQUAD:
+    name = split.submission if split.submission and split.name.startswith('test') else f'{split.name}.json'
+    with open(os.path.join(directory, name), 'w', encoding='utf-8') as f:
+      json.dump({e.guid: p['answer'] for e, p in zip(examples, predicted)}, f, indent=1)
+    if task.squad_v2:
+      with open(os.path.join(directory, f'{split.name}_null_odds.json'), 'w', encoding='utf-8') as f:
+        json.dump({e.guid: p['null_odds'] for e, p in zip(examples, predicted)}, f, indent=1)
+    return
+  if task.kind == tasks.TAGGING:
+    with open(os.path.join(directory, f'{split.name}.conll'), 'w', encoding='utf-8') as f:
+      for example, tags in zip(examples, predicted):
+        f.writelines(f'{w}\t{t}\n' for w, t in zip(example.words, tags))
+        f.write('\n')
+    return
+  glue = task.source == 'tfds'
+  name = split.submission if glue and split.submission else f'{split.name}.tsv'
+  with open(os.path.join(directory, name), 'w', encoding='utf-8', newline='') as f:
+    writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')
+    if glue:
+      writer.writerow(['index', 'prediction'])
+      for example, p in zip(examples, predicted):
+        if task.kind == tasks.CLASSIFICATION and not task.label_names_in_submission:
+          p = task.labels.index(p)
+        writer.writerow([example.guid, f'{p:.4f}' if isinstance(p, float) else p])
+    else:
+      writer.writerow(['label', 'sentence'] + (['sentence2'] if examples and len(examples[0].texts) > 1 else []))
+      for example, p in zip(examples, predicted):
+        writer.writerow([f'{p:.4f}' if isinstance(p, float) else p, *example.texts])
+
+
+class Predictor:
+  """A fine-tuned model from a `train.run` WORKDIR, ready to predict on new inputs (one device)."""
+
+  def __init__(self, workdir: str, seed: int | None = None):
+    workdir = os.path.abspath(workdir)
+    path = os.path.join(workdir, 'finetune.json')
+    if not os.path.exists(path):
+      raise ConfigError(f'{workdir} is not a fine-tuning workdir (no finetune.json); run --mode=finetune first')
+    with open(path, encoding='utf-8') as f:
+      saved = json.load(f)
+    self.task = tasks.Task.from_dict(saved['task'])
+    self.max_seq_length = saved['max_seq_length']
+    self.squad_config = SquadConfig(**saved['config'].get('squad', {}))
+    self.tokenizer = data.tokenizer.load(workdir, lowercase=saved['lowercase'])
+    if seed is None:
+      with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
+        seed = json.load(f)['best_seed']
+    self.model = heads.make_model(self.task, ModelConfig(**saved['model']), 0.0, self.squad_config)
+    ids = jnp.zeros((1, 16), jnp.int32)
+    abstract = jax.eval_shape(lambda: nn.meta.unbox(self.model.init(
+        jax.random.PRNGKey(0), {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids})['params']))
+    params_dir = os.path.join(workdir, 'seeds', str(seed), 'params')
+    if not os.path.isdir(params_dir):
+      raise ConfigError(f'{params_dir} does not exist: fine-tune with --config.save_model=True (the default)')
+    with ocp.StandardCheckpointer() as checkpointer:
+      self.params = checkpointer.restore(params_dir, abstract)
+    self.eval_fn = jax.jit(lambda params, batch: eval_step(params, batch, model=self.model))
+
+  def examples(self, inputs: list) -> list:
+    """Raw inputs -> examples: str or (str, str) texts; word lists (tagging); (question, context) (SQuAD)."""
+    out = []
+    for i, x in enumerate(inputs):
+      if self.task.kind == tasks.TAGGING:
+        out.append(tasks.TaggingExample(str(i), tuple(x.split() if isinstance(x, str) else x)))
+      elif self.task.kind == tasks.SQUAD:
+        out.append(tasks.SquadExample(str(i), x[0], x[1]))
+      else:
+        out.append(tasks.TextExample(str(i), (x,) if isinstance(x, str) else tuple(x)))
+    return out
+
+  def predict(self, inputs: list, batch_size: int = 32) -> list:
+    examples = self.examples(inputs)
+    feats = encode(self.task, examples, self.tokenizer, self.max_seq_length, self.squad_config, training=False)
+    predicted = decode(self.task, feats, infer(self.eval_fn, self.params, feats, batch_size), self.squad_config)
+    return [p['answer'] if isinstance(p, dict) else p for p in predicted]
+
+
+def predict_main(config, workdir: str):
+  """--mode=predict: predictions for config.predict_input ('-': stdin) to config.predict_output ('': stdout)."""
+  c: FinetuneConfig = load_config(config)
+  predictor = Predictor(workdir)
+  if not c.predict_input:
+    raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
+  if c.predict_input == '-':
+    lines = sys.stdin.read().splitlines()
+  else:
+    with open(os.path.expanduser(c.predict_input), encoding='utf-8') as f:
+      lines = f.read().splitlines()
+  lines = [line for line in lines if line.strip()]
+  kind = predictor.task.kind
+  inputs = [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
+  predicted = predictor.predict(inputs)
+  out = open(c.predict_output, 'w', encoding='utf-8') if c.predict_output else sys.stdout
+  try:
+    for p in predicted:
+      out.write((' '.join(p) if isinstance(p, list) else f'{p:.4f}' if isinstance(p, float) else p) + '\n')
+  finally:
+    if out is not sys.stdout:
+      out.close()

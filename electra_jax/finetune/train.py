@@ -1,0 +1,317 @@
+"""The fine-tuning loop: load a pre-trained discriminator (or start from scratch), train a head per seed,
+evaluate on the dev split(s), write predictions, the models and a results table.
+
+Outputs under WORKDIR: finetune.json (config, model config, task), the tokenizer (Tokenizer.save), results.json, results.md,
+seeds/<seed>/params (orbax), seeds/<seed>/predictions/ (dev predictions and test submission files).
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable
+
+import flax.linen as nn
+import flax.traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from electra_jax import config as config_lib
+from electra_jax import checkpoint, data, sharding
+from electra_jax.checkpoint import Checkpointer, CheckpointError
+from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.finetune import features as features_lib
+from electra_jax.finetune import heads, metrics, predict, tasks
+from electra_jax.finetune import optimizer as optimizer_lib
+from electra_jax.finetune.config import FinetuneConfig, load as load_config
+from electra_jax.train_step import Pretraining, TrainState
+from electra_jax.trainer import TrainingError
+
+PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
+
+
+def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: optax.GradientTransformation,
+               schedule: optax.Schedule, squad_config):
+  """One optimiser step; dropout uses fold_in(rng, step). Returns (state, {name: (sum, count)})."""
+  rng = jax.random.fold_in(rng, state.step)
+
+  def loss_fn(params):
+    outputs = model.apply({'params': params}, batch, train=True, rngs={'dropout': rng})
+    total, count = heads.loss(model.kind, outputs, batch, squad_config)
+    return total / jnp.maximum(count, 1.0), (total, count)
+
+  (_, (total, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  one = jnp.ones((), jnp.float32)
+  step_metrics = {'loss': (total, count), 'learning_rate': (jnp.asarray(schedule(state.step), jnp.float32), one)}
+  return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state), step_metrics
+
+
+@dataclasses.dataclass
+class Finetuning:
+  """Everything static about a fine-tuning run: model, optimiser, mesh, shardings, compiled steps."""
+  model: heads.Finetuner
+  config: FinetuneConfig  # with the optimizer resolved for this model
+  total_steps: int
+  mesh: jax.sharding.Mesh
+  tx: optax.GradientTransformation = dataclasses.field(init=False)
+  schedule: optax.Schedule = dataclasses.field(init=False)
+  state_shardings: Any = dataclasses.field(init=False)
+  batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
+  step_fn: Callable[..., Any] = dataclasses.field(init=False)
+  eval_fn: Callable[..., Any] = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    c = self.config
+    self.tx, self.schedule = optimizer_lib.make_optimizer(c.optimizer, self.model.config.num_layers,
+                                                          self.total_steps)
+    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
+        self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))
+    # Every input array is split along its first (batch) dimension only.
+    batch_axes = nn.logical_to_mesh_axes(('batch',), c.mesh.rules)
+    self.batch_sharding = jax.sharding.NamedSharding(self.mesh, batch_axes)
+    replicated = sharding.replicated(self.mesh)
+    step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
+                             squad_config=c.squad)
+    self.step_fn = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
+                           out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+    self.eval_fn = jax.jit(functools.partial(predict.eval_step, model=self.model),
+                           in_shardings=(self.state_shardings.params, self.batch_sharding), out_shardings=replicated)
+
+  def _init_boxed(self, rng):
+    ids = jnp.zeros((1, 16), jnp.int32)
+    batch = {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids}
+    params = self.model.init(jax.random.wrap_key_data(rng), batch)['params']
+    return TrainState(jnp.zeros((), jnp.int32), params, self.tx.init(params))
+
+  def init_state(self, rng, pretrained=None) -> TrainState:
+    """A fresh sharded state; `pretrained` {'embeddings', 'discriminator'} params replace the initial ones."""
+    init = jax.jit(lambda r: nn.meta.unbox(self._init_boxed(r)), out_shardings=self.state_shardings)
+    state = init(jax.random.key_data(rng))
+    if pretrained is None:
+      return state
+    params = dict(state.params)
+    for name in PRETRAINED:
+      params[name] = _take_pretrained(params[name], pretrained[name], name)
+    # Adam's moments start at zero whatever the parameters are, so opt_state stays valid.
+    return TrainState(state.step, params, state.opt_state)
+
+  def check_batch_size(self, batch_size: int, name: str):
+    shards = int(np.prod([self.mesh.shape[a] for a in _axes(self.batch_sharding.spec[0])]))
+    if batch_size % (shards * jax.process_count()):
+      raise ConfigError(f'{name}={batch_size} must be divisible by the {shards} devices the batch is split over '
+                        f'(mesh {dict(self.mesh.shape)})')
+
+
+def _axes(entry) -> tuple:
+  return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _take_pretrained(target, source, where: str):
+  """`source`'s values for every parameter of `target` (same paths and shapes), on `target`'s shardings."""
+  flat_target = flax.traverse_util.flatten_dict(target)
+  flat_source = flax.traverse_util.flatten_dict(source)
+  out = {}
+  for path, leaf in flat_target.items():
+    value = flat_source.get(path)
+    if value is None or value.shape != leaf.shape:
+      raise CheckpointError(f'the pre-trained checkpoint has no parameter {where}/{"/".join(path)} of shape '
+                            f'{leaf.shape}: it does not match the model config saved with it')
+    # A copy (may_alias=False): the train step donates the state, and the next seed starts from `source` again.
+    out[path] = jax.device_put(value.astype(leaf.dtype), leaf.sharding, may_alias=False)
+  return flax.traverse_util.unflatten_dict(out)
+
+
+def _load_pretrained(workdir: str) -> tuple[ModelConfig, dict, data.Tokenizer]:
+  """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR."""
+  config, params = checkpoint.load_params(os.path.abspath(os.path.expanduser(workdir)))
+  return config.model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
+
+
+def _scratch_model(c: FinetuneConfig) -> tuple[ModelConfig, data.Tokenizer]:
+  tokenizer = data.load_tokenizer(c.data)
+  model = c.model
+  if not model.vocab_size:
+    model = dataclasses.replace(model, vocab_size=tokenizer.vocab_size)
+  if model.vocab_size != tokenizer.vocab_size:
+    raise ConfigError(f'model.vocab_size={model.vocab_size} but the tokenizer has {tokenizer.vocab_size} tokens; '
+                      'set model.vocab_size=0')
+  return model, tokenizer
+
+
+def score(task: tasks.Task, examples: list, predicted: list) -> dict[str, float]:
+  """The task's metrics of `predicted` against the labelled examples."""
+  if task.kind == tasks.SQUAD:
+    result = metrics.squad({e.guid: p['answer'] for e, p in zip(examples, predicted)},
+                           {e.guid: e.answers for e in examples})
+  elif task.kind == tasks.TAGGING:
+    pairs = [(e.tags, p) for e, p in zip(examples, predicted) if e.tags]
+    gold, guess = [g for g, _ in pairs], [p for _, p in pairs]
+    result = {'token_accuracy': metrics.token_accuracy(gold, guess)}
+    if 'span_f1' in task.metrics:
+      result.update(metrics.span_f1(gold, guess))
+  elif task.kind == tasks.REGRESSION:
+    pairs = np.array([(e.label, p) for e, p in zip(examples, predicted) if e.label is not None]).reshape(-1, 2)
+    result = {'pearson': metrics.pearson(pairs[:, 0], pairs[:, 1]),
+              'spearman': metrics.spearman(pairs[:, 0], pairs[:, 1])}
+  else:
+    ids = {name: i for i, name in enumerate(task.labels)}
+    pairs = np.array([(ids[e.label], ids[p]) for e, p in zip(examples, predicted) if e.label is not None])
+    gold, guess = pairs.reshape(-1, 2).T
+    functions = {'accuracy': metrics.accuracy, 'f1': metrics.f1, 'macro_f1': metrics.macro_f1,
+                 'mcc': metrics.matthews_corrcoef}
+    result = {name: functions[name](gold, guess) for name in task.metrics}
+  return {name: result[name] for name in task.metrics}
+
+
+def majority_baseline(task: tasks.Task, train: list, dev: list) -> dict[str, float]:
+  """Metrics of always predicting the most frequent training label (tag per word for tagging)."""
+  if task.kind == tasks.CLASSIFICATION:
+    labels = [e.label for e in train if e.label is not None]
+    top = max(set(labels), key=labels.count)
+    return score(task, dev, [top] * len(dev))
+  if task.kind == tasks.TAGGING:
+    tags = [t for e in train for t in e.tags]
+    top = max(set(tags), key=tags.count)
+    return score(task, dev, [[top] * len(e.words) for e in dev])
+  raise ValueError(f'no majority baseline for {task.kind}')
+
+
+def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features, c: FinetuneConfig, seed: int,
+               tag: str) -> TrainState:
+  rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
+  keys = [k for k in feats.arrays]
+  batches = features_lib.train_batches({k: feats.arrays[k] for k in keys}, c.batch_size, run.total_steps, seed,
+                                       jax.process_index(), jax.process_count())
+  total, start = None, time.time()
+  for step, batch in enumerate(batches, 1):
+    state, step_metrics = run.step_fn(state, sharding.global_batch(batch, run.batch_sharding), rng)
+    total = step_metrics if total is None else jax.tree.map(lambda a, b: a + b, total, step_metrics)
+    if step % c.log_every == 0 or step == run.total_steps:
+      loss_sum, count = jax.device_get(total['loss'])
+      loss = float(loss_sum / max(count, 1))
+      if not np.isfinite(loss):
+        raise TrainingError(f'{tag}: loss is {loss} at step {step}; lower optimizer.learning_rate')
+      print(f'{tag} step {step}/{run.total_steps} loss {loss:.4f} '
+            f'({step / (time.time() - start):.1f} steps/s)', file=sys.stderr, flush=True)
+      total = None
+  return state
+
+
+def _load_splits(task: tasks.Task, tokenizer, c: FinetuneConfig):
+  """(training examples, training Features, [(split, examples, Features)] of the dev and test splits)."""
+  train_examples = tasks.read(task, task.train_split, data_dir=c.tfds_data_dir)
+  train_feats = predict.encode(task, train_examples, tokenizer, c.max_seq_length, c.squad, training=True)
+  if not len(train_feats):
+    raise data.DataError(f'task {task.name} has no usable training examples')
+  evals = []
+  # Test splits (unlabelled for GLUE) are only predicted, so only read when predictions are written.
+  for split in task.dev_splits + (task.test_splits if c.write_predictions else ()):
+    examples = tasks.read(task, split.source, data_dir=c.tfds_data_dir)
+    evals.append((split, examples, predict.encode(task, examples, tokenizer, c.max_seq_length, c.squad,
+                                                  training=False)))
+  return train_examples, train_feats, evals
+
+
+def run(config, workdir: str) -> dict:
+  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results."""
+  c = load_config(config)
+  task = tasks.get_task(c.task, c.task_kind)
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  pretrained = None
+  if c.init_checkpoint:
+    model_config, pretrained, tokenizer = _load_pretrained(c.init_checkpoint)
+  else:
+    model_config, tokenizer = _scratch_model(c)
+  max_seq_length = c.max_seq_length or task.max_seq_length
+  if max_seq_length > model_config.max_position_embeddings:
+    raise ConfigError(f'max_seq_length={max_seq_length} exceeds the model\'s max_position_embeddings='
+                      f'{model_config.max_position_embeddings}; lower --config.max_seq_length')
+  c = dataclasses.replace(c, optimizer=c.optimizer.for_model(model_config.hidden_size),
+                          epochs=c.epochs or task.epochs, max_seq_length=max_seq_length)
+
+  train_examples, train_feats, evals = _load_splits(task, tokenizer, c)
+
+  mesh = sharding.make_mesh(c.mesh)
+  model = heads.make_model(task, model_config, c.head_dropout, c.squad)
+  total_steps = features_lib.num_train_steps(len(train_feats), c.batch_size, c.epochs)
+  ft = Finetuning(model, c, total_steps, mesh)
+  ft.check_batch_size(c.batch_size, 'batch_size')
+  ft.check_batch_size(c.eval_batch_size, 'eval_batch_size')
+  _write_run_files(workdir, config, c, model_config, task, tokenizer)
+  print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
+        f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
+        f'{"from " + c.init_checkpoint if pretrained else "from scratch"}', file=sys.stderr)
+
+  per_seed = []
+  for seed in range(c.seed, c.seed + c.seeds):
+    state = ft.init_state(jax.random.PRNGKey(seed), pretrained)
+    state = _train_one(ft, state, train_feats, c, seed, f'[{task.name} seed {seed}]')
+    row = {'seed': seed}
+    for split, examples, feats in evals:
+      outputs = predict.infer(ft.eval_fn, state.params, feats, c.eval_batch_size, ft.batch_sharding)
+      predicted = predict.decode(task, feats, outputs, c.squad)
+      if split in task.dev_splits:
+        row.update({f'{split.name}/{k}': v for k, v in score(task, examples, predicted).items()})
+      if c.write_predictions and jax.process_index() == 0:
+        predict.write_predictions(os.path.join(workdir, 'seeds', str(seed), 'predictions'), task, split,
+                                  examples, predicted)
+    if c.save_model:
+      _save_params(os.path.join(workdir, 'seeds', str(seed), 'params'), state.params)
+    print(f'[{task.name} seed {seed}] ' + ', '.join(f'{k} {v:.4f}' for k, v in row.items() if k != 'seed'),
+          file=sys.stderr, flush=True)
+    per_seed.append(row)
+  return write_results(workdir, task, c, per_seed)
+
+
+def _write_run_files(workdir, config, c: FinetuneConfig, model_config: ModelConfig, task: tasks.Task, tokenizer):
+  if jax.process_index() != 0:
+    return
+  with open(os.path.join(workdir, 'finetune.json'), 'w', encoding='utf-8') as f:
+    json.dump({'config': config.to_dict() if hasattr(config, 'to_dict') else dict(config),
+               'model': dataclasses.asdict(model_config), 'task': dataclasses.asdict(task),
+               'max_seq_length': c.max_seq_length, 'lowercase': tokenizer.lowercase}, f, indent=2)
+  tokenizer.save(workdir)
+
+
+def _save_params(path: str, params):
+  if os.path.exists(path):
+    shutil.rmtree(path)
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(path, params)
+
+
+def write_results(workdir: str, task: tasks.Task, c: FinetuneConfig, per_seed: list[dict]) -> dict:
+  """results.json (each seed's dev metrics, their median, the best seed) and results.md (a table)."""
+  names = [k for k in per_seed[0] if k != 'seed']
+  median = {k: float(np.median([row[k] for row in per_seed])) for k in names}
+  main = names[0]
+  best = max(per_seed, key=lambda row: row[main])['seed']
+  results = {'task': task.name, 'init_checkpoint': c.init_checkpoint, 'epochs': c.epochs,
+             'learning_rate': c.optimizer.learning_rate, 'layerwise_lr_decay': c.optimizer.layerwise_lr_decay,
+             'main_metric': main, 'seeds': per_seed, 'median': median, 'best_seed': best}
+  table = results_table(task.name, names, per_seed, median)
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
+      json.dump(results, f, indent=2)
+    with open(os.path.join(workdir, 'results.md'), 'w', encoding='utf-8') as f:
+      f.write(table)
+    print(table)
+  return results
+
+
+def results_table(title: str, names: list[str], per_seed: list[dict], median: dict) -> str:
+  """A Markdown table, one row per seed plus the median; metrics x 100."""
+  lines = [f'### {title} (dev, x100)', '', '| seed | ' + ' | '.join(names) + ' |',
+           '|---|' + '---:|' * len(names)]
+  for row in per_seed:
+    lines.append(f'| {row["seed"]} | ' + ' | '.join(f'{100 * row[k]:.2f}' for k in names) + ' |')
+  lines.append('| **median** | ' + ' | '.join(f'**{100 * median[k]:.2f}**' for k in names) + ' |')
+  return '\n'.join(lines) + '\n'

@@ -1,0 +1,82 @@
+"""Layer-wise learning-rate decay, the warm-up/decay schedule and the paper defaults, checked by hand."""
+
+import dataclasses
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax.config import ModelConfig
+from electra_jax.finetune import heads, optimizer, tasks
+from electra_jax.finetune.config import OptimizerConfig, SquadConfig
+
+MODEL = ModelConfig(vocab_size=20, embedding_size=8, hidden_size=16, num_layers=2, num_heads=2,
+                    intermediate_size=32, max_position_embeddings=32)
+TASK = tasks.Task(name='t', kind=tasks.CLASSIFICATION, source='files', location='', labels=('a', 'b'))
+
+
+def _abstract_params():
+  """The fine-tuning model's parameter shapes (nothing is computed)."""
+  model = heads.make_model(TASK, MODEL, 0.1, SquadConfig())
+  ids = jnp.zeros((1, 8), jnp.int32)
+  init = lambda rng: nn.meta.unbox(model.init(rng, {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids}))
+  return jax.eval_shape(init, jax.random.PRNGKey(0))['params']
+
+
+def _small_params():
+  """A few parameters named as the model names them, one per depth, plus a LayerNorm and a bias."""
+  w = lambda *shape: jnp.full(shape, 0.5, jnp.float32)
+  return {'embeddings': {'word_embeddings': {'embedding': w(4, 2)}, 'LayerNorm': {'scale': w(2)}},
+          'discriminator': {'encoder': {'layer_0': {'output': {'dense': {'kernel': w(2, 2), 'bias': w(2)}}},
+                                        'layer_1': {'output': {'dense': {'kernel': w(2, 2)}}}}},
+          'head': {'dense': {'kernel': w(2, 3)}}}
+
+
+def test_multipliers_follow_the_formula_on_a_two_layer_model():
+  flat = flax.traverse_util.flatten_dict(optimizer.lr_multipliers(_abstract_params(), num_layers=2, decay=0.8), sep='/')
+  # L = 2: head depth 4 -> 0.8^0; layer 1 depth 2 -> 0.8^2; layer 0 depth 1 -> 0.8^3; embeddings depth 0 -> 0.8^4.
+  expected = {
+      'head/dense/kernel': 1.0,
+      'discriminator/encoder/layer_1/attention/self/query/kernel': 0.64,
+      'discriminator/encoder/layer_1/output/LayerNorm/scale': 0.64,
+      'discriminator/encoder/layer_0/intermediate/dense/bias': 0.512,
+      'discriminator/embeddings_project/kernel': 0.4096,  # E != H: the projection counts as embeddings
+      'embeddings/word_embeddings/embedding': 0.4096,
+      'embeddings/LayerNorm/bias': 0.4096,
+  }
+  for path, value in expected.items():
+    assert flat[path] == pytest.approx(value), path
+  assert sorted(set(flat.values())) == pytest.approx([0.4096, 0.512, 0.64, 1.0])
+  assert not any(k.startswith('generator') for k in flat)  # the generator is dropped
+
+
+def test_updates_are_scaled_per_layer():
+  params = _small_params()
+  config = OptimizerConfig(learning_rate=1e-3, layerwise_lr_decay=0.8, weight_decay=0.01)
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates = {}
+  for decay in (0.8, 1.0):
+    tx, _ = optimizer.make_optimizer(dataclasses.replace(config, layerwise_lr_decay=decay), 2, 100)
+    state = tx.init(params)
+    state = jax.tree.map(lambda x: x + 5 if x.dtype == jnp.int32 else x, state)  # step 5 (warm-up): lr > 0
+    updates[decay], _ = jax.jit(tx.update)(grads, state, params)
+  ratio = jax.tree.map(lambda a, b: float(jnp.mean(a / b)), updates[0.8], updates[1.0])
+  expected = optimizer.lr_multipliers(params, 2, 0.8)
+  assert jax.tree.leaves(expected) == pytest.approx([0.8 ** 3, 0.8 ** 3, 0.8 ** 2, 0.8 ** 4, 0.8 ** 4, 1.0])
+  for (path, r), e in zip(jax.tree_util.tree_leaves_with_path(ratio), jax.tree.leaves(expected)):
+    assert r == pytest.approx(e, rel=1e-5), jax.tree_util.keystr(path)
+
+
+def test_schedule_warms_up_then_decays_linearly():
+  schedule = optimizer.learning_rate_schedule(1.0, total_steps=100, warmup_fraction=0.1)
+  np.testing.assert_allclose([schedule(s) for s in (0, 5, 10, 55, 100)], [0, 0.5, 1.0, 0.5, 0.0], atol=1e-6)
+
+
+def test_paper_defaults_by_model_width():
+  assert OptimizerConfig().for_model(256) == OptimizerConfig(learning_rate=3e-4, layerwise_lr_decay=0.8)
+  assert OptimizerConfig().for_model(768).learning_rate == 1e-4
+  assert OptimizerConfig().for_model(1024).layerwise_lr_decay == 0.9
+  assert OptimizerConfig(learning_rate=1e-3, layerwise_lr_decay=1.0).for_model(1024).learning_rate == 1e-3

@@ -1,0 +1,143 @@
+"""Task declarations and readers (local files, tfds mock GLUE/SQuAD), featurisation and SQuAD span decoding."""
+
+import gzip
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from electra_jax.config import ConfigError
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import features, squad, tasks
+from electra_jax.finetune.config import SquadConfig
+
+
+@pytest.fixture(scope='module')
+def tokenizer(corpus_file, tmp_path_factory):
+  with open(corpus_file, encoding='utf-8') as f:
+    lines = f.read().splitlines()
+  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('spm')), vocab_size=60)
+
+
+def _write(path, text, gz=False):
+  if gz:
+    with gzip.open(path, 'wt', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    path.write_text(text, encoding='utf-8')
+
+
+def test_tsv_directory_classification_with_and_without_header(tmp_path):
+  _write(tmp_path / 'train.tsv.gz', 'label\tsentence\npos\tgood film\nneg\tbad film\npos\tfine\n', gz=True)
+  _write(tmp_path / 'dev.tsv', 'neg\tawful\npos\tgreat\n')  # no header
+  task = tasks.get_task(str(tmp_path))
+  assert (task.kind, task.labels, task.metrics[0]) == (tasks.CLASSIFICATION, ('neg', 'pos'), 'accuracy')
+  assert task.test_splits == ()
+  train = tasks.read(task, 'train')
+  assert [(e.texts, e.label) for e in train] == [(('good film',), 'pos'), (('bad film',), 'neg'), (('fine',), 'pos')]
+  assert [e.label for e in tasks.read(task, 'validation')] == ['neg', 'pos']
+
+
+def test_tsv_directory_regression_pairs(tmp_path):
+  _write(tmp_path / 'train.tsv', 'label\tsentence\tsentence2\n3.5\ta b\tc d\n1\te\tf\n')
+  _write(tmp_path / 'dev.tsv', 'label\tsentence\tsentence2\n2.25\tg\th\n')
+  _write(tmp_path / 'test.tsv', 'label\tsentence\tsentence2\n?\ti\tj\n')
+  task = tasks.get_task(str(tmp_path))
+  assert task.kind == tasks.REGRESSION and task.metrics == ('spearman', 'pearson')
+  assert [(e.texts, e.label) for e in tasks.read(task, 'train')] == [(('a b', 'c d'), 3.5), (('e', 'f'), 1.0)]
+  assert tasks.read(task, 'test')[0].label is None
+  assert tasks.get_task(str(tmp_path), kind=tasks.CLASSIFICATION).labels == ('1', '3.5')
+
+
+def test_conll_directory(tmp_path):
+  _write(tmp_path / 'train.conll', 'John\tB-PER\nSmith\tI-PER\nran\tO\n\nParis\tB-LOC\n')
+  _write(tmp_path / 'dev.conll', '-DOCSTART- O\n\nMary\tB-PER\n')
+  task = tasks.get_task(str(tmp_path))
+  assert (task.kind, task.labels, task.metrics) == (tasks.TAGGING, ('B-LOC', 'B-PER', 'I-PER', 'O'),
+                                                    ('span_f1', 'token_accuracy'))
+  train = tasks.read(task, 'train')
+  assert [(e.words, e.tags) for e in train] == [(('John', 'Smith', 'ran'), ('B-PER', 'I-PER', 'O')),
+                                                (('Paris',), ('B-LOC',))]
+  pos = tmp_path / 'pos'
+  pos.mkdir()
+  _write(pos / 'train.conll', 'The\tDT\ncat\tNN\n')
+  _write(pos / 'dev.conll', 'A\tDT\n')
+  assert tasks.get_task(str(pos)).metrics == ('token_accuracy',)
+
+
+def test_unknown_task_is_a_clear_error(tmp_path):
+  with pytest.raises(ConfigError, match='unknown task'):
+    tasks.get_task('nope')
+  with pytest.raises(ConfigError, match='train and dev'):
+    tasks.get_task(str(tmp_path))
+
+
+def test_glue_from_tfds_mock_data():
+  with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+    cola = tasks.read(tasks.get_task('CoLA'), 'validation')
+    mnli = tasks.get_task('mnli')
+    mismatched = tasks.read(mnli, mnli.dev_splits[1].source)
+    stsb = tasks.read(tasks.get_task('sts-b'), 'train')
+  assert len(cola) == 6 and len(cola[0].texts) == 1 and cola[0].label in ('unacceptable', 'acceptable')
+  assert len(mismatched) == 6 and len(mismatched[0].texts) == 2 and mismatched[0].label in mnli.labels
+  assert isinstance(stsb[0].label, float) and len(stsb[0].texts) == 2
+  assert [s.submission for s in mnli.test_splits] == ['MNLI-m.tsv', 'MNLI-mm.tsv']
+
+
+def test_squad_from_tfds_mock_data():
+  with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
+    v1 = tasks.read(tasks.get_task('squad_v1'), 'validation')
+    v2 = tasks.read(tasks.get_task('squad_v2'), 'train')
+  assert len(v1) == 4 and isinstance(v1[0].context, str) and v1[0].answers
+  assert all(e.answers == () for e in v2 if e.is_impossible)
+
+
+def test_text_features_truncate_pairs_and_swap_orders(tokenizer):
+  task = tasks.get_task('mrpc')
+  examples = [tasks.TextExample('0', ('the cat sat', 'the dog ran on the mat and the rug'), 'equivalent')]
+  feats = features.encode_texts(task, examples, tokenizer, 12, training=True)
+  assert feats.arrays['input_ids'].shape == (2, 12)  # both orders; length 12 <= the rounded-up 16
+  s = tokenizer.special
+  row = feats.arrays['input_ids'][0]
+  assert row[0] == s.cls and list(row).count(s.sep) == 2 and feats.arrays['input_mask'][0].sum() == 12
+  assert feats.arrays['labels'].tolist() == [1, 1] and feats.example_index.tolist() == [0, 0]
+  assert len(features.encode_texts(task, examples, tokenizer, 128, training=False)) == 1
+
+
+def test_word_features_label_first_sub_tokens(tokenizer):
+  task = tasks.Task('t', tasks.TAGGING, 'files', '', labels=('B-X', 'O'))
+  examples = [tasks.TaggingExample('0', ('quickly', 'the', 'cat'), ('O', 'O', 'B-X'))]
+  feats = features.encode_words(task, examples, tokenizer, 32)
+  positions = feats.word_positions[0]
+  assert positions[0] == 1 and len(positions) == 3
+  labels = feats.arrays['labels'][0]
+  assert labels[positions].tolist() == [1, 1, 0] and (labels >= 0).sum() == 3
+
+
+def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
+  context = 'the cat sat on the mat and the dog ran over the big red house near the field'
+  start = context.index('big red house')
+  example = tasks.SquadExample('q', 'where did the dog run', context, ('big red house',), (start,))
+  config = SquadConfig(doc_stride=4, max_query_length=8)
+  feats = squad.encode([example], tokenizer, 24, config, training=True)
+  assert len(feats) > 2  # several overlapping windows
+  arrays = feats.arrays
+  holding = np.flatnonzero(arrays['is_impossible'] == 0)
+  assert len(holding) >= 1 and (arrays['start_positions'][arrays['is_impossible'] == 1] == 0).all()
+  row = holding[0]
+  words, _ = squad.split_words(context)
+  token_to_word = feats.windows['token_to_word'][row]
+  first, last = arrays['start_positions'][row], arrays['end_positions'][row]
+  assert ' '.join(words[token_to_word[first]:token_to_word[last] + 1]) == 'big red house'
+
+  # Decoding: a beam whose best entry is the gold span of that window gives the answer text back.
+  n, k = len(feats), 2
+  outputs = {'start_top_log_probs': np.full((n, k), -5.0), 'start_top_index': np.zeros((n, k), np.int64),
+             'end_top_log_probs': np.full((n, k, k), -5.0), 'end_top_index': np.zeros((n, k, k), np.int64)}
+  outputs['start_top_log_probs'][row, 0], outputs['start_top_index'][row, 0] = -0.1, first
+  outputs['end_top_log_probs'][row, 0, 0], outputs['end_top_index'][row, 0, 0] = -0.1, last
+  predictions, _ = squad.decode(feats, outputs, config, v2=False)
+  assert predictions == {'q': 'big red house'}
+  outputs['impossible_logit'] = np.full((n,), 2.0)
+  predictions, null_odds = squad.decode(feats, outputs, config, v2=True)
+  assert predictions == {'q': ''} and null_odds == {'q': 2.0}

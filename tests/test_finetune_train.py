@@ -1,0 +1,208 @@
+"""End-to-end fine-tuning on CPU with a tiny model: generated learnable tasks, loading a pre-training workdir,
+SQuAD 2.0 on tfds mock data, prediction files and --mode=predict."""
+
+import json
+import os
+import random
+import shutil
+
+import jax
+import numpy as np
+import tensorflow_datasets as tfds
+
+from configs import finetune as finetune_config
+from conftest import WORDS
+from electra_jax import config as config_lib
+from electra_jax import data, sharding
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.finetune import predict, tasks, train
+from electra_jax.train_step import Pretraining
+
+KEYWORD = 'happy'
+ANIMALS = ('cat', 'dog', 'bird')
+# Encoder dropout off: its random bits double the compile time of the step on CPU (the head keeps dropout 0.1).
+TINY_MODEL = dict(embedding_size=32, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                  max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
+                  attention_dropout_rate=0.0)
+
+
+def _sentence(rng):
+  return [rng.choice([w for w in WORDS if w != KEYWORD]) for _ in range(rng.randint(4, 9))]
+
+
+def make_tsv_task(directory, seed=0, sizes=(240, 80)):
+  """Label 'yes' iff the sentence contains the keyword (40% of sentences); majority baseline = 'no'."""
+  os.makedirs(directory, exist_ok=True)
+  rng = random.Random(seed)
+  for split, count in zip(('train', 'dev'), sizes):
+    with open(os.path.join(directory, f'{split}.tsv'), 'w', encoding='utf-8') as f:
+      f.write('label\tsentence\n')
+      for _ in range(count):
+        words, positive = _sentence(rng), rng.random() < 0.4
+        if positive:
+          words.insert(rng.randrange(len(words) + 1), KEYWORD)
+        f.write(f'{"yes" if positive else "no"}\t{" ".join(words)}\n')
+  return str(directory)
+
+
+def make_conll_task(directory, seed=0, sizes=(200, 60)):
+  """Animals are B-ANI (I-ANI after 'big'/'small', which is then B-ANI); every other word is O."""
+  os.makedirs(directory, exist_ok=True)
+  rng = random.Random(seed)
+  for split, count in zip(('train', 'dev'), sizes):
+    with open(os.path.join(directory, f'{split}.conll'), 'w', encoding='utf-8') as f:
+      for _ in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 9))]
+        tags = []
+        for i, w in enumerate(words):
+          previous_adjective = i > 0 and words[i - 1] in ('big', 'small') and tags[-1] == 'B-ANI'
+          tags.append(('I-ANI' if previous_adjective else 'B-ANI') if w in ANIMALS else 'O')
+          if w in ANIMALS and i > 0 and words[i - 1] in ('big', 'small') and not previous_adjective:
+            tags[-2], tags[-1] = 'B-ANI', 'I-ANI'
+        f.writelines(f'{w}\t{t}\n' for w, t in zip(words, tags))
+        f.write('\n')
+  return str(directory)
+
+
+def tiny_config(cache_dir, corpus_file, task, **overrides):
+  config = finetune_config.get_config()
+  config.task = task
+  config.model.update(TINY_MODEL)
+  config.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir)
+  config.update(batch_size=16, eval_batch_size=32, log_every=1000, max_seq_length=32, epochs=6.0)
+  config.optimizer.learning_rate = 2e-3
+  config.mesh.shape = (1, 1, 1)
+  for key, value in overrides.items():
+    target = config
+    *parents, leaf = key.split('.')
+    for p in parents:
+      target = target[p]
+    target[leaf] = value
+  return config
+
+
+def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_dir):
+  directory = make_tsv_task(tmp_path / 'keyword')
+  workdir = str(tmp_path / 'run')
+  results = train.run(tiny_config(cache_dir, corpus_file, directory), workdir)
+  task = tasks.get_task(directory)
+  baseline = train.majority_baseline(task, tasks.read(task, 'train'), tasks.read(task, 'validation'))
+  accuracy = results['median']['dev/accuracy']
+  assert accuracy > baseline['accuracy'] + 0.15, (accuracy, baseline)
+  with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
+    assert json.load(f)['seeds'][0]['dev/accuracy'] == accuracy
+  assert '| **median** |' in open(os.path.join(workdir, 'results.md'), encoding='utf-8').read()
+  assert open(os.path.join(workdir, 'seeds', '0', 'predictions', 'dev.tsv'), encoding='utf-8').readline() == \
+      'label\tsentence\n'
+
+  predictor = predict.Predictor(workdir)
+  sentences = ['the dog sat on a mat', f'the {KEYWORD} dog sat on a mat', 'a cat ate food', f'{KEYWORD} man']
+  assert predictor.predict(sentences) == ['no', 'yes', 'no', 'yes']
+
+
+def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corpus_file, cache_dir):
+  directory = make_conll_task(tmp_path / 'animals')
+  # Two of the conftest's 8 CPU devices: the batch is split over them.
+  config = tiny_config(cache_dir, corpus_file, directory, **{'mesh.shape': (2, 1, 1)})
+  results = train.run(config, str(tmp_path / 'run'))
+  task = tasks.get_task(directory)
+  baseline = train.majority_baseline(task, tasks.read(task, 'train'), tasks.read(task, 'validation'))
+  assert baseline['span_f1'] == 0.0  # all 'O'
+  assert results['median']['dev/span_f1'] > 0.6, results['median']
+  first = open(os.path.join(tmp_path, 'run', 'seeds', '0', 'predictions', 'dev.conll'), encoding='utf-8').readline()
+  assert len(first.rstrip('\n').split('\t')) == 2
+
+
+def _pretraining_workdir(path, corpus_file, cache_dir):
+  """A pre-training WORKDIR as trainer.train writes it, holding random parameters (nothing is compiled)."""
+  base = finetune_config.default.get_config()
+  base.model.update(TINY_MODEL)
+  base.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir, max_seq_length=32)
+  base.mesh.shape = (1, 1, 1)
+  tokenizer = data.load_tokenizer(config_lib.from_dict(data.DataConfig, base.data.to_dict(), where='data'))
+  c = config_lib.load(base, vocab_size=tokenizer.vocab_size)
+  abstract = Pretraining(c, tokenizer.special, sharding.make_mesh(c.mesh)).abstract_state()
+  rng = np.random.default_rng(7)
+  state = jax.tree.map(lambda a: jax.device_put(rng.normal(size=a.shape).astype(a.dtype), a.sharding), abstract)
+  os.makedirs(path)
+  with open(os.path.join(path, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(base.to_dict(), f)
+  shutil.copyfile(tokenizer.model_file, os.path.join(path, 'tokenizer.model'))
+  checkpointer = Checkpointer(str(path))
+  checkpointer.save(3, state, {'epoch': 0, 'batch': 3})
+  checkpointer.close()
+  return state.params
+
+
+def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file, cache_dir):
+  saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
+  config = tiny_config(cache_dir, corpus_file, make_tsv_task(tmp_path / 'keyword'))
+  c = train.load_config(config)
+  model_config, pretrained, tokenizer = train._load_pretrained(str(tmp_path / 'pre'))  # pylint: disable=protected-access
+  assert model_config.hidden_size == 32 and tokenizer.vocab_size == model_config.vocab_size
+  assert set(pretrained) == {'embeddings', 'discriminator'}
+  task = tasks.get_task(config.task)
+  model = train.heads.make_model(task, model_config, 0.1, c.squad)
+  run = train.Finetuning(model, c, 10, sharding.make_mesh(c.mesh))
+  state = run.init_state(jax.random.PRNGKey(0), pretrained)
+  assert set(state.params) == {'embeddings', 'discriminator', 'head'}
+  np.testing.assert_array_equal(state.params['embeddings']['word_embeddings']['embedding'],
+                                saved['embeddings']['word_embeddings']['embedding'])
+  np.testing.assert_array_equal(state.params['discriminator']['encoder']['layer_0']['output']['dense']['kernel'],
+                                saved['discriminator']['encoder']['layer_0']['output']['dense']['kernel'])
+  assert 'discriminator_predictions' not in state.params['discriminator']
+  # The state owns its buffers: donating it to the train step must leave the pre-trained params for the next seed.
+  pointer = lambda x: x.addressable_shards[0].data.unsafe_buffer_pointer()
+  assert pointer(state.params['embeddings']['word_embeddings']['embedding']) != pointer(
+      pretrained['embeddings']['word_embeddings']['embedding'])
+
+
+def _squad_records(split, count, seed):
+  """SQuAD 2.0-style tfds records: the answer is the word after 'near the'; a third are unanswerable."""
+  rng = random.Random(seed)
+  records = []
+  for i in range(count):
+    words = _sentence(rng)
+    answer = rng.choice(WORDS)
+    words[rng.randrange(len(words)):0] = ['near', 'the', answer]
+    context = ' '.join(words)
+    impossible = i % 3 == 0
+    start = context.index('near the ') + len('near the ')
+    records.append({'id': f'{split}-{i}', 'title': 't', 'context': context, 'question': 'what is near',
+                    'is_impossible': impossible,
+                    'answers': {'text': [] if impossible else [answer], 'answer_start': [] if impossible else [start]},
+                    'plausible_answers': {'text': [answer], 'answer_start': [start]}})
+  return records
+
+
+def test_squad_v2_trains_and_writes_predictions_on_tfds_mock_data(tmp_path, corpus_file, cache_dir):
+  records = {'train': _squad_records('train', 48, 0), 'validation': _squad_records('validation', 12, 1)}
+  config = tiny_config(cache_dir, corpus_file, 'squad_v2', epochs=2.0, **{
+      'squad.doc_stride': 8, 'squad.max_query_length': 8, 'squad.beam_size': 5})
+  with tfds.testing.mock_data(as_data_source_fn=lambda self, split, **kwargs: records[split]):
+    results = train.run(config, str(tmp_path / 'run'))
+  assert 0.0 <= results['median']['dev/f1'] <= 1.0 and 'dev/exact_match' in results['median']
+  directory = os.path.join(tmp_path, 'run', 'seeds', '0', 'predictions')
+  with open(os.path.join(directory, 'dev.json'), encoding='utf-8') as f:
+    assert set(json.load(f)) == {r['id'] for r in records['validation']}
+  with open(os.path.join(directory, 'dev_null_odds.json'), encoding='utf-8') as f:
+    assert len(json.load(f)) == 12
+
+
+def test_glue_submission_files(tmp_path):
+  mnli = tasks.get_task('mnli')
+  examples = [tasks.TextExample('0', ('a', 'b')), tasks.TextExample('1', ('c', 'd'))]
+  predict.write_predictions(str(tmp_path), mnli, mnli.test_splits[1], examples, ['neutral', 'entailment'])
+  assert open(tmp_path / 'MNLI-mm.tsv', encoding='utf-8').read() == 'index\tprediction\n0\tneutral\n1\tentailment\n'
+  cola = tasks.get_task('cola')
+  predict.write_predictions(str(tmp_path), cola, cola.test_splits[0], examples[:1], ['acceptable'])
+  assert open(tmp_path / 'CoLA.tsv', encoding='utf-8').read() == 'index\tprediction\n0\t1\n'
+  stsb = tasks.get_task('stsb')
+  predict.write_predictions(str(tmp_path), stsb, stsb.test_splits[0], examples[:1], [3.14159])
+  assert open(tmp_path / 'STS-B.tsv', encoding='utf-8').read() == 'index\tprediction\n0\t3.1416\n'
+
+
+def test_main_dispatches_the_finetune_and_predict_modes():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from electra_jax import main  # pylint: disable=g-import-not-at-top,unused-import  (defines the flags)
+  assert {'pretrain', 'finetune', 'predict'} <= set(flags.FLAGS['mode'].parser.enum_values)
