@@ -26,7 +26,9 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
     expected = type(fields[name].default) if fields[name].default is not dataclasses.MISSING else None
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
       value = float(value)
-    if expected in (int, float, bool, str) and not isinstance(value, expected):
+    # bool is a subclass of int: `num_layers=True` must not pass as 1.
+    if expected in (int, float, bool, str) and (not isinstance(value, expected)
+                                                or (isinstance(value, bool) and expected is not bool)):
       raise ConfigError(f'config key {where}.{name} must be {expected.__name__}, got {value!r}')
     kwargs[name] = value
   return cls(**kwargs)

@@ -1,0 +1,125 @@
+"""Configs: typed loading with clear errors, and the shipped configs against the paper's settings."""
+
+import glob
+import importlib
+import os
+
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import sharding
+from configs import default
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+CONFIG_NAMES = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(CONFIG_DIR, '*.py'))
+                      if not f.endswith('__init__.py'))
+
+
+def _values(**overrides):
+  """The default config as a plain dict, with `section.key=value` overrides (ConfigDict would type-check)."""
+  values = default.get_config().to_dict()
+  for dotted, value in overrides.items():
+    *path, key = dotted.split('__')
+    node = values
+    for part in path:
+      node = node[part]
+    node[key] = value
+  return values
+
+
+@pytest.mark.parametrize('dotted, name', [
+    ('model__hiden_size', 'model.hiden_size'),
+    ('objective__mask_probability', 'objective.mask_probability'),
+    ('optimizer__lr', 'optimizer.lr'),
+    ('data__max_seq_len', 'data.max_seq_len'),
+    ('mesh__axes', 'mesh.axes'),
+    ('trian_steps', 'config.trian_steps'),
+])
+def test_unknown_key_is_named(dotted, name):
+  with pytest.raises(config_lib.ConfigError, match=name.replace('.', r'\.')):
+    config_lib.load(_values(**{dotted: 1}), vocab_size=100)
+
+
+@pytest.mark.parametrize('dotted, value, name', [
+    ('model__hidden_size', 'big', 'model.hidden_size'),
+    ('model__num_layers', 2.5, 'model.num_layers'),
+    ('model__num_layers', True, 'model.num_layers'),  # a bool is not an int here
+    ('optimizer__learning_rate', '1e-3', 'optimizer.learning_rate'),
+    ('objective__disallow_correct', 1, 'objective.disallow_correct'),
+    ('model__dtype', 32, 'model.dtype'),
+    ('batch_size', 8.0, 'config.batch_size'),
+])
+def test_wrong_type(dotted, value, name):
+  with pytest.raises(config_lib.ConfigError, match=name.replace('.', r'\.')):
+    config_lib.load(_values(**{dotted: value}), vocab_size=100)
+
+
+def test_int_is_accepted_for_float():
+  c = config_lib.load(_values(objective__disc_weight=50, optimizer__learning_rate=1), vocab_size=100)
+  assert c.objective.disc_weight == 50.0 and isinstance(c.objective.disc_weight, float)
+  assert isinstance(c.optimizer.learning_rate, float)
+
+
+@pytest.mark.parametrize('overrides', [
+    {'objective__mask_prob': 1.5},
+    {'objective__mask_prob': 0.0},
+    {'objective__mask_token_prob': 0.9, 'objective__random_token_prob': 0.2},
+    {'model__dtype': 'float16'},
+    {'model__hidden_size': 250, 'model__num_heads': 4},
+    {'mesh__shape': (-1, -1, 1)},
+    {'mesh__shape': (8, 1)},
+    {'batch_size': 0},
+])
+def test_invalid_values(overrides):
+  with pytest.raises(config_lib.ConfigError):
+    config_lib.load(_values(**overrides), vocab_size=100)
+
+
+def test_vocab_size_fills_only_an_unset_model_vocab():
+  assert config_lib.load(_values(), vocab_size=123).model.vocab_size == 123
+  assert config_lib.load(_values(model__vocab_size=77), vocab_size=123).model.vocab_size == 77
+
+
+def test_all_configs_found():
+  assert {'default', 'small', 'base', 'large', 'tiny'} <= set(CONFIG_NAMES)
+
+
+@pytest.mark.parametrize('name', CONFIG_NAMES)
+def test_every_config_loads_and_validates(name):
+  c = config_lib.load(importlib.import_module(f'configs.{name}').get_config(), vocab_size=30522)
+  assert isinstance(c, config_lib.TrainConfig)
+  assert c.model.vocab_size == 30522
+  assert sharding.mesh_shape(c.mesh, 8) == (8, 1, 1)
+  assert c.model.hidden_size % c.model.num_heads == 0
+  assert c.objective.num_predictions(c.data.max_seq_length) >= 1
+  assert c.data.max_seq_length <= c.model.max_position_embeddings
+  for generator in (False, True):
+    tower = c.model.tower(generator)
+    assert tower.hidden_size % tower.num_heads == 0
+
+
+@pytest.mark.parametrize('name, expected', [
+    # E, H, layers, heads, FFN, generator fraction, lr, batch, L, mask prob, steps (ELECTRA_FACTS.md table)
+    ('small', (128, 256, 12, 4, 1024, 0.25, 5e-4, 128, 128, 0.15, 1_000_000)),
+    ('base', (768, 768, 12, 12, 3072, 1 / 3, 2e-4, 256, 512, 0.15, 766_000)),
+    ('large', (1024, 1024, 24, 16, 4096, 0.25, 2e-4, 2048, 512, 0.25, 400_000)),
+])
+def test_paper_configs(name, expected):
+  c = config_lib.load(importlib.import_module(f'configs.{name}').get_config(), vocab_size=30522)
+  m = c.model
+  got = (m.embedding_size, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
+         m.generator_hidden_fraction, c.optimizer.learning_rate, c.batch_size, c.data.max_seq_length,
+         c.objective.mask_prob, c.train_steps)
+  assert got == pytest.approx(expected)
+  # Settings common to all sizes.
+  assert (m.max_position_embeddings, m.type_vocab_size, m.dropout_rate, m.attention_dropout_rate) == (
+      512, 2, 0.1, 0.1)
+  assert (m.initializer_range, m.layer_norm_eps, m.generator_layers_fraction) == (0.02, 1e-12, 1.0)
+  o = c.optimizer
+  assert (o.b1, o.b2, o.eps, o.weight_decay, o.clip_norm, o.warmup_steps, o.bias_correction) == (
+      0.9, 0.999, 1e-6, 0.01, 1.0, 10000, False)
+  obj = c.objective
+  assert (obj.gen_weight, obj.disc_weight, obj.mask_token_prob, obj.random_token_prob, obj.temperature) == (
+      1.0, 50.0, 0.85, 0.0, 1.0)
+  assert not obj.disallow_correct and not obj.uniform_generator
+  assert c.data.vocab_size == 30522

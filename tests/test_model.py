@@ -1,0 +1,371 @@
+"""The ELECTRA model: tied embeddings, tower sizes, exact GELU, LayerNorm eps, init, padding and dropout."""
+
+import functools
+import importlib
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from electra_jax import config as config_lib
+from electra_jax import model as model_lib
+from electra_jax.config import ModelConfig
+
+V, E, H = 72, 16, 32  # V differs from every other dimension, so a [V, .] shape is a vocab table
+B, L, P = 2, 16, 3
+# Generator width 32 * 0.5 = 16 = E, so only the discriminator has an embeddings_project (E=16 -> H=32).
+CONFIG = ModelConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=2, num_heads=2,
+                     intermediate_size=64, generator_hidden_fraction=0.5, max_position_embeddings=32)
+
+
+def _inputs(lengths=(16, 11), seed=0):
+  r = np.random.RandomState(seed)
+  ids = np.zeros((B, L), np.int32)
+  segments = np.zeros((B, L), np.int32)
+  for i, n in enumerate(lengths):
+    ids[i, :n] = r.randint(5, V, n)
+    ids[i, 0], ids[i, n - 1] = 2, 3
+    segments[i, n // 2:n] = 1
+  mask = (ids > 0).astype(np.int32)
+  positions = np.array([[1, 5, 14], [2, 4, 9]], np.int32)  # inside each row's real tokens
+  return ids, segments, mask, positions
+
+
+@functools.cache
+def _model(config=CONFIG):
+  return model_lib.Electra(config)
+
+
+@functools.cache
+def _forward(config=CONFIG):
+  """jitted (params, ids, segments, mask, positions) -> (generator logits [B, P, V], disc logits [B, L])."""
+  model = _model(config)
+  return jax.jit(lambda p, *args: model.apply({'params': p}, *args, deterministic=True))
+
+
+@pytest.fixture(scope='module')
+def params():
+  ids, segments, mask, positions = _inputs()
+  boxed = jax.jit(_model().init)(jax.random.PRNGKey(0), ids, segments, mask, positions)['params']
+  return nn.meta.unbox(boxed)
+
+
+def _random_params(config, seed=0):
+  """Generic parameters with O(1) activations (so GELU, LayerNorm and attention all matter numerically)."""
+  ids, segments, mask, positions = _inputs()
+  shapes = nn.meta.unbox(jax.eval_shape(_model(config).init, jax.random.PRNGKey(0), ids, segments, mask,
+                                        positions)['params'])
+  r = np.random.RandomState(seed)
+
+  def draw(path, s):
+    name = jax.tree_util.keystr(path)
+    if 'scale' in name:
+      return 1.0 + 0.1 * r.normal(size=s.shape)
+    if 'bias' in name:
+      return 0.1 * r.normal(size=s.shape)
+    fan_in = s.shape[0] if 'kernel' in name else 1
+    return r.normal(size=s.shape) / math.sqrt(fan_in)
+  return jax.tree_util.tree_map_with_path(lambda p, s: np.asarray(draw(p, s), np.float32), shapes)
+
+
+def _paths(tree):
+  return {jax.tree_util.keystr(p, simple=True, separator='/'): v
+          for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+# An independent float64 numpy ELECTRA, run one sequence at a time on its real tokens only (no padding).
+
+def np_gelu(x):
+  return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def np_layer_norm(x, p, eps=1e-12):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * p['scale'] + p['bias']
+
+
+def np_dense(x, p):
+  return x @ p['kernel'] + p['bias']
+
+
+def np_softmax(x):
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def np_tower(params, tower, embedded, num_heads):
+  """embedded [n, E] -> [n, H_tower]: optional projection, then post-LN Transformer layers."""
+  p = params[tower]
+  x = np_dense(embedded, p['embeddings_project']) if 'embeddings_project' in p else embedded
+  n, hidden = x.shape
+  d = hidden // num_heads
+  for i in range(len(p['encoder'])):
+    layer = p['encoder'][f'layer_{i}']
+    att = layer['attention']
+    q, k, v = (np_dense(x, att['self'][name]).reshape(n, num_heads, d).transpose(1, 0, 2)
+               for name in ('query', 'key', 'value'))
+    probs = np_softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))
+    context = (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
+    h = np_layer_norm(np_dense(context, att['output']['dense']) + x, att['output']['LayerNorm'])
+    inner = np_gelu(np_dense(h, layer['intermediate']['dense']))
+    x = np_layer_norm(np_dense(inner, layer['output']['dense']) + h, layer['output']['LayerNorm'])
+  return x
+
+
+def np_electra(params, ids, segments, positions, config):
+  """One unpadded sequence -> (generator logits at `positions` [P, V], discriminator logits [n])."""
+  params = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  emb = params['embeddings']
+  x = (emb['word_embeddings']['embedding'][ids] + emb['position_embeddings']['embedding'][:len(ids)]
+       + emb['token_type_embeddings']['embedding'][segments])
+  x = np_layer_norm(x, emb['LayerNorm'])
+  gen = np_tower(params, 'generator', x, config.tower(True).num_heads)[positions]
+  head = params['generator']['generator_predictions']
+  gen = np_layer_norm(np_gelu(np_dense(gen, head['dense'])), head['LayerNorm'])
+  gen_logits = gen @ emb['word_embeddings']['embedding'].T + params['generator']['generator_lm_head']['bias']
+  disc = np_tower(params, 'discriminator', x, config.tower(False).num_heads)
+  head = params['discriminator']['discriminator_predictions']
+  disc_logits = np_dense(np_gelu(np_dense(disc, head['dense'])), head['dense_prediction'])[:, 0]
+  return gen_logits, disc_logits
+
+
+@pytest.mark.parametrize('embedding_size, fraction', [(16, 0.5), (32, 0.5)])
+def test_matches_numpy_reference(embedding_size, fraction):
+  """Both towers equal the numpy ELECTRA; padded rows equal the reference run on their real tokens alone."""
+  config = ModelConfig(vocab_size=V, embedding_size=embedding_size, hidden_size=H, num_layers=2, num_heads=2,
+                       intermediate_size=64, generator_hidden_fraction=fraction, max_position_embeddings=32)
+  params = _random_params(config, seed=1)
+  ids, segments, mask, positions = _inputs(lengths=(16, 11))
+  gen_logits, disc_logits = map(np.asarray, _forward(config)(params, ids, segments, mask, positions))
+  for row, n in enumerate((16, 11)):
+    ref_gen, ref_disc = np_electra(params, ids[row, :n], segments[row, :n], positions[row], config)
+    np.testing.assert_allclose(disc_logits[row, :n], ref_disc, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gen_logits[row], ref_gen, rtol=1e-4, atol=1e-4)
+
+
+def test_one_shared_word_embedding_table(params):
+  flat = _paths(params)
+  tables = [name for name, value in flat.items() if value.ndim == 2 and V in value.shape]
+  assert tables == ['embeddings/word_embeddings/embedding']
+  assert flat['embeddings/word_embeddings/embedding'].shape == (V, E)
+  # The only other vocab-sized parameter is the generator's output bias.
+  assert [n for n, v in flat.items() if v.shape == (V,)] == ['generator/generator_lm_head/bias']
+  # Position and token-type tables and the embedding LayerNorm exist once, shared too.
+  assert sorted(params) == ['discriminator', 'embeddings', 'generator']
+  assert not any('position_embeddings' in n or 'token_type' in n for n in flat if not n.startswith('embeddings/'))
+
+
+def _perturb(params, path, seed=0):
+  """A copy of params with the subtree at `path` (a tuple of keys) shifted by noise."""
+  r = np.random.RandomState(seed)
+  def shift(p, x):
+    keys = tuple(k.key for k in p)
+    if keys[:len(path)] == path:
+      return x + 0.05 * r.normal(size=x.shape).astype(np.float32)
+    return x
+  return jax.tree_util.tree_map_with_path(shift, params)
+
+
+def test_both_towers_read_the_tied_table(params):
+  ids, segments, mask, positions = _inputs()
+  forward = lambda p: tuple(map(np.asarray, _forward()(p, ids, segments, mask, positions)))
+  gen, disc = forward(params)
+  changed = lambda a, b: np.max(np.abs(a - b)) > 1e-4
+  gen_t, disc_t = forward(_perturb(params, ('embeddings', 'word_embeddings')))
+  assert changed(gen, gen_t) and changed(disc, disc_t)
+  # The towers are otherwise independent: each tower's own parameters change only its output.
+  gen_g, disc_g = forward(_perturb(params, ('generator',)))
+  assert changed(gen, gen_g)
+  np.testing.assert_array_equal(disc, disc_g)
+  gen_d, disc_d = forward(_perturb(params, ('discriminator',)))
+  assert changed(disc, disc_d)
+  np.testing.assert_array_equal(gen, gen_d)
+
+
+def test_generator_logits_from_intermediate_values():
+  """MLM logits = LayerNorm(gelu(dense(h))) @ word_embeddings.T + bias, at the selected positions only."""
+  params = _random_params(CONFIG, seed=2)
+  ids, segments, mask, positions = _inputs()
+  model = _model()
+
+  def hidden_fn(m, ids, segments, mask):
+    return m.generator(m.embeddings(ids, segments, deterministic=True), mask, deterministic=True)
+  hidden = np.asarray(model.apply({'params': params}, ids, segments, mask, method=hidden_fn), np.float64)
+  logits, _ = _forward()(params, ids, segments, mask, positions)
+  head = jax.tree.map(lambda a: np.asarray(a, np.float64), params['generator'])
+  table = np.asarray(params['embeddings']['word_embeddings']['embedding'], np.float64)
+  h = hidden[np.arange(B)[:, None], positions]  # [B, P, H_gen]
+  x = np_dense(h, head['generator_predictions']['dense'])
+  x = 0.5 * x * (1 + erf(x / math.sqrt(2)))  # exact GELU
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  x = (x - mean) / np.sqrt(var + 1e-12) * head['generator_predictions']['LayerNorm']['scale'] + (
+      head['generator_predictions']['LayerNorm']['bias'])
+  expected = x @ table.T + head['generator_lm_head']['bias']
+  assert logits.shape == (B, P, V) and logits.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_discriminator_logits_from_intermediate_values():
+  """Discriminator head: dense(H) -> exact GELU -> dense(1) on the encoder output."""
+  params = _random_params(CONFIG, seed=3)
+  ids, segments, mask, positions = _inputs()
+  hidden = np.asarray(_model().apply({'params': params}, ids, segments, mask, method='encode'), np.float64)
+  assert hidden.shape == (B, L, H)
+  _, logits = _forward()(params, ids, segments, mask, positions)
+  head = jax.tree.map(lambda a: np.asarray(a, np.float64), params['discriminator']['discriminator_predictions'])
+  x = np_dense(hidden, head['dense'])
+  expected = np_dense(0.5 * x * (1 + erf(x / math.sqrt(2))), head['dense_prediction'])[..., 0]
+  np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_is_exact_erf():
+  # The tanh approximation differs from the erf GELU by up to 4.7e-4 (at x = -2.7: -0.009386 vs -0.008912);
+  # a 1e-6 tolerance separates them.
+  x = np.linspace(-4, 4, 81, dtype=np.float32)
+  exact = 0.5 * x.astype(np.float64) * (1 + erf(x / math.sqrt(2)))
+  np.testing.assert_allclose(np.asarray(model_lib.gelu(x)), exact, atol=1e-6)
+  assert np.max(np.abs(np.asarray(nn.gelu(x, approximate=True)) - exact)) > 1e-4
+
+
+def test_every_layer_norm_has_eps_1e_12():
+  """Records the epsilon of every LayerNorm the model calls, and counts them."""
+  seen = []
+
+  def record(next_fun, args, kwargs, context):
+    if isinstance(context.module, nn.LayerNorm) and context.method_name == '__call__':
+      seen.append(context.module.epsilon)
+    return next_fun(*args, **kwargs)
+  ids, segments, mask, positions = _inputs()
+  with nn.intercept_methods(record):
+    jax.eval_shape(_model().init, jax.random.PRNGKey(0), ids, segments, mask, positions)
+  # embeddings: once per tower call (2) + 2 per layer x 2 layers x 2 towers (8) + generator head (1) = 11
+  assert len(seen) == 11
+  assert set(seen) == {1e-12}
+
+
+def test_layer_norm_eps_behaviour():
+  # Word embedding row = 1e-4 * (+1, -1, ...), position/type tables 0: the pre-LN vector has variance 1e-8.
+  # With eps 1e-12 the LayerNorm output is ~(+1, -1, ...) (error ~ eps/var/2 = 5e-5); with BERT's 1e-5 it
+  # would be 1e-4 / sqrt(1e-5) = 0.032.
+  embeddings = model_lib.Embeddings(CONFIG)
+  ids = jnp.array([[7]], jnp.int32)
+  shapes = nn.meta.unbox(jax.eval_shape(functools.partial(embeddings.init, deterministic=True),
+                                           jax.random.PRNGKey(0), ids, ids))
+  p = jax.tree.map(lambda s: np.zeros(s.shape, np.float32), shapes)['params']
+  pattern = np.tile([1.0, -1.0], E // 2).astype(np.float32)
+  p['word_embeddings']['embedding'][7] = 1e-4 * pattern
+  p['LayerNorm']['scale'][:] = 1.0
+  out = embeddings.apply({'params': p}, ids, jnp.zeros_like(ids), deterministic=True)
+  np.testing.assert_allclose(np.asarray(out)[0, 0], pattern, atol=1e-3)
+
+
+def test_initialisation(params):
+  # Kernels and embedding tables: truncated normal with stddev 0.02, cut at 2 stddev (as TF's
+  # truncated_normal_initializer): every |w| <= 0.04 and the std is 0.02 * 0.8796 = 0.01759 (the std of a
+  # standard normal truncated to [-2, 2] is sqrt(1 - 4 phi(2) / (2 Phi(2) - 1)) = 0.8796).
+  # With n ~ 2e4 values the sample std's relative sd is 1/sqrt(2n) = 0.5%; tolerance 3% (6 sd).
+  # Biases 0, LayerNorm scale 1.
+  flat = _paths(params)
+  weights = [v for n, v in flat.items() if n.endswith('kernel') or n.endswith('embedding')]
+  values = np.concatenate([np.ravel(v) for v in weights])
+  assert values.size > 15000
+  assert np.max(np.abs(values)) <= 0.04 + 1e-7
+  np.testing.assert_allclose(np.std(values), 0.02 * 0.8796, rtol=0.03)
+  assert abs(np.mean(values)) < 5 * 0.0176 / math.sqrt(values.size)
+  for name, value in flat.items():
+    if name.endswith('bias'):
+      np.testing.assert_array_equal(value, 0, err_msg=name)
+    elif name.endswith('scale'):
+      np.testing.assert_array_equal(value, 1, err_msg=name)
+    else:
+      assert name.endswith(('kernel', 'embedding')), name
+
+
+@pytest.mark.parametrize('embedding_size, fraction, gen_project, disc_project', [
+    (16, 0.5, False, True),  # generator 16 = E, discriminator 32 != E
+    (32, 0.5, True, False),  # generator 16 != E, discriminator 32 = E
+    (32, 1.0, False, False),  # both 32 = E
+    (8, 0.25, False, True),  # generator 8 = E
+])
+def test_embeddings_project_iff_sizes_differ(embedding_size, fraction, gen_project, disc_project):
+  config = ModelConfig(vocab_size=V, embedding_size=embedding_size, hidden_size=H, num_layers=1, num_heads=2,
+                       intermediate_size=64, generator_hidden_fraction=fraction)
+  ids, segments, mask, positions = _inputs()
+  shapes = nn.meta.unbox(jax.eval_shape(model_lib.Electra(config).init, jax.random.PRNGKey(0), ids, segments,
+                                        mask, positions)['params'])
+  assert ('embeddings_project' in shapes['generator']) == gen_project
+  assert ('embeddings_project' in shapes['discriminator']) == disc_project
+  for tower, on in (('generator', gen_project), ('discriminator', disc_project)):
+    if on:
+      hidden = int(H * fraction) if tower == 'generator' else H
+      assert shapes[tower]['embeddings_project']['kernel'].shape == (embedding_size, hidden)
+  assert shapes['embeddings']['word_embeddings']['embedding'].shape == (V, embedding_size)
+
+
+@pytest.mark.parametrize('name, disc, gen', [
+    # (hidden, layers, heads, FFN) from the paper's table; generator = hidden x fraction, heads = hidden // 64
+    # (at least 1), FFN = 4 x hidden, the same depth.
+    ('small', (256, 12, 4, 1024), (64, 12, 1, 256)),  # 256 / 4
+    ('base', (768, 12, 12, 3072), (256, 12, 4, 1024)),  # 768 / 3
+    ('large', (1024, 24, 16, 4096), (256, 24, 4, 1024)),  # 1024 / 4
+])
+def test_tower_sizes(name, disc, gen):
+  model_config = config_lib.load(importlib.import_module(f'configs.{name}').get_config(), vocab_size=30522).model
+  sizes = lambda t: (t.hidden_size, t.num_layers, t.num_heads, t.intermediate_size)
+  assert sizes(model_config.tower(False)) == disc
+  assert sizes(model_config.tower(True)) == gen
+
+
+def test_small_generator_parameter_shapes():
+  """ELECTRA-Small's generator really is 64 wide with a 256 FFN (E = 128, so it projects 128 -> 64)."""
+  config = ModelConfig(vocab_size=V, embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
+                       intermediate_size=1024, generator_hidden_fraction=0.25)
+  ids = jnp.zeros((1, 8), jnp.int32)
+  shapes = _paths(nn.meta.unbox(jax.eval_shape(model_lib.Electra(config).init, jax.random.PRNGKey(0), ids, ids,
+                                               ids, ids[:, :2])['params']))
+  g = 'generator/encoder/layer_0/'
+  assert shapes['generator/embeddings_project/kernel'].shape == (128, 64)
+  assert shapes[g + 'attention/self/query/kernel'].shape == (64, 64)
+  assert shapes[g + 'intermediate/dense/kernel'].shape == (64, 256)
+  assert shapes['generator/generator_predictions/dense/kernel'].shape == (64, 128)
+  assert shapes['discriminator/encoder/layer_0/intermediate/dense/kernel'].shape == (256, 1024)
+  layers = {n.split('/')[2] for n in shapes if n.startswith(('generator/encoder', 'discriminator/encoder'))}
+  assert layers == {f'layer_{i}' for i in range(12)}
+
+
+def test_padding_does_not_change_real_positions(params):
+  """Garbage token and segment ids under the padding mask change nothing at the real positions."""
+  ids, segments, mask, positions = _inputs(lengths=(16, 9))
+  r = np.random.RandomState(5)
+  noisy_ids = np.where(mask > 0, ids, r.randint(0, V, ids.shape)).astype(np.int32)
+  noisy_segments = np.where(mask > 0, segments, 1).astype(np.int32)
+  positions[1] = [1, 3, 7]
+  gen, disc = _forward()(params, ids, segments, mask, positions)
+  gen_n, disc_n = _forward()(params, noisy_ids, noisy_segments, mask, positions)
+  np.testing.assert_allclose(np.asarray(disc_n)[:, :9], np.asarray(disc)[:, :9], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(disc_n)[0], np.asarray(disc)[0], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(gen_n), np.asarray(gen), atol=1e-6)
+  assert np.max(np.abs(np.asarray(disc_n)[1, 9:] - np.asarray(disc)[1, 9:])) > 1e-4  # padded slots did change
+
+
+def test_dropout_only_when_not_deterministic(params):
+  ids, segments, mask, _ = _inputs()
+  model = _model()
+
+  @functools.partial(jax.jit, static_argnames='deterministic')
+  def disc(rng, deterministic):
+    return model.apply({'params': params}, ids, segments, mask, deterministic=deterministic,
+                       method='discriminator_logits', rngs={'dropout': rng})
+  off_a, off_b = disc(jax.random.PRNGKey(0), True), disc(jax.random.PRNGKey(1), True)
+  np.testing.assert_array_equal(off_a, off_b)
+  _, plain = _forward()(params, ids, segments, mask, np.zeros((B, P), np.int32))
+  np.testing.assert_allclose(off_a, plain, atol=1e-6)
+  on_a, on_b = disc(jax.random.PRNGKey(0), False), disc(jax.random.PRNGKey(1), False)
+  assert np.max(np.abs(on_a - on_b)) > 1e-4
+  assert np.max(np.abs(on_a - off_a)) > 1e-4
+  np.testing.assert_array_equal(on_a, disc(jax.random.PRNGKey(0), False))

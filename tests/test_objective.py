@@ -1,0 +1,224 @@
+"""Replaced-token detection: sampling, labels, losses and metrics, checked against hand-worked numbers."""
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import objective
+from electra_jax.config import ModelConfig, ObjectiveConfig
+from electra_jax.masking import SpecialIds
+from electra_jax.model import Electra
+
+SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
+V = 8  # ids 0..4 special, 5, 6, 7 words
+LOG2 = math.log(2.0)
+
+
+def _gen_logits_from_targets(targets):
+  """Stub generator: log-probabilities chosen so each cross-entropy and each argmax is known on paper.
+
+  For a target t in {5, 6}: p(t) = 1/4, p(c) = 1/2 for the other word c (5 <-> 6), the 6 remaining ids 1/24 each.
+  For t = 7: p(7) = 1/2, p(5) = 1/4, the rest 1/24 each. So CE = log 4 for 5 and 6, log 2 for 7, and the most
+  likely token is c (a replacement) for 5 and 6 but the original for 7.
+  """
+  t = targets[..., None]
+  vocab = jnp.arange(V)
+  c = jnp.where(t == 5, 6, 5)
+  probs = jnp.where(vocab == t, jnp.where(t == 7, 0.5, 0.25),
+                    jnp.where(vocab == c, jnp.where(t == 7, 0.25, 0.5), 1 / 24))
+  return jnp.log(probs)
+
+
+def _stub_apply(original, disc_fn):
+  """An `apply_fn` with the Electra signature: generator logits from the original tokens at `positions`,
+  discriminator logits `disc_fn(corrupted_ids)`."""
+
+  def apply_fn(params, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method, rngs):
+    del params, segment_ids, input_mask, deterministic, rngs
+    if method == 'generator_logits':
+      return _gen_logits_from_targets(jnp.take_along_axis(original, positions, axis=1))
+    assert method == 'discriminator_logits'
+    return disc_fn(input_ids)
+  return apply_fn
+
+
+def _loss(apply_fn, batch, config, rng=0):
+  fn = jax.jit(functools.partial(objective.electra_loss, apply_fn, config=config, special=SPECIAL, vocab_size=V))
+  loss, metrics = fn({}, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(rng))
+  return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
+
+
+def _batch(ids):
+  ids = np.asarray(ids, np.int32)
+  return {'input_ids': ids, 'segment_ids': np.zeros_like(ids), 'input_mask': (ids != 0).astype(np.int32)}
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_losses_by_hand_random_selection(seed):
+  # L = 16, mask_prob 0.15 -> P = int(0.155 * 16) = 2.
+  #   row 0: N = 5 real tokens  -> n = max(1, round(0.75)) = 1
+  #   row 1: N = 10 real tokens -> n = round(1.5) = 2
+  # Words are only 5 and 6, so with T = 1e-3 the sample is always the other word c (its logit exceeds the
+  # target's by log 2 / 1e-3 = 693, far beyond any Gumbel noise): all 3 selected tokens are replaced.
+  # Generator: CE = log 4 at each selected position -> gen_loss = log 4 = 2 log 2.
+  # Discriminator stub: logit 0 where the token was replaced (label 1: BCE = log 2) and log 3 where it is the
+  # original (label 0: BCE = -log(1 - 3/4) = log 4). Mean over the 15 non-pad tokens, [CLS]/[SEP] included:
+  #   disc_loss = (3 log 2 + 12 log 4) / 15 = 27/15 log 2 = 1.8 log 2
+  #   loss = 2 log 2 + 50 * 1.8 log 2 = 92 log 2
+  ids = np.zeros((2, 16), np.int32)
+  ids[0, :5] = [2, 5, 6, 5, 3]
+  ids[1, :10] = [2, 6, 5, 5, 6, 3, 6, 6, 5, 3]
+  original = jnp.asarray(ids)
+  disc = lambda corrupted: jnp.where(corrupted != original, 0.0, jnp.log(3.0))
+  config = ObjectiveConfig(mask_prob=0.15, temperature=1e-3)
+  loss, m = _loss(_stub_apply(original, disc), _batch(ids), config, rng=seed)
+  np.testing.assert_allclose(m['gen_loss'][0], 2 * LOG2, rtol=1e-6)
+  np.testing.assert_allclose(m['disc_loss'][0], 1.8 * LOG2, rtol=1e-6)
+  np.testing.assert_allclose(loss, 92 * LOG2, rtol=1e-6)
+  np.testing.assert_allclose(m['loss'][0], loss, rtol=1e-7)
+  assert m['replaced_fraction'] == (3.0, 15.0)
+  assert m['sampled_original'] == (0.0, 3.0)
+  assert m['gen_accuracy'] == (0.0, 3.0)
+
+
+@pytest.mark.parametrize('mask_token_prob', [0.85, 0.0])
+def test_losses_and_metrics_by_hand(mask_token_prob):
+  # L = 8, mask_prob 0.6 -> P = int(0.605 * 8) = 4; row 0: N = 5 -> n = round(3.0) = 3, row 1: N = 4 ->
+  # n = round(2.4) = 2: every word is selected, so the example is deterministic.
+  #   row 0 [CLS] 5 6 7 [SEP]   samples (T = 1e-3, argmax): 5->6, 6->5, 7->7   labels 0 1 1 0 0
+  #   row 1 [CLS] 7 5 [SEP]     samples:                    7->7, 5->6         labels 0 0 1 0
+  # The 7s are sampled correctly and so count as real. The sample replaces the token at EVERY selected
+  # position, [MASK]ed or kept (mask_token_prob 0.85 or 0 must give the same labels).
+  # gen CE: 5 and 6 -> log 4, 7 -> log 2: (3 log 4 + 2 log 2) / 5 = 8/5 log 2. gen_accuracy: the 7s, 2/5.
+  # Discriminator logits are fixed, +-1 on real tokens and +5 on padding (which must not count):
+  #   row 0 logits  1  1 -1  1 -1 | predicted 1 1 0 1 0 | labels 0 1 1 0 0 | correct . x . . x
+  #   row 1 logits -1  1  1 -1    | predicted 0 1 1 0   | labels 0 0 1 0   | correct x . x x
+  # TP = 2 (row 0 pos 1, row 1 pos 2); predicted positives 5 -> precision 2/5; positives 3 -> recall 2/3;
+  # accuracy 5/9; replaced_fraction 3/9.
+  # With |logit| = 1: BCE = s = log(1 + e^-1) when correct, log(1 + e) = 1 + s when wrong, so
+  #   disc_loss = (9 s + 4) / 9 = s + 4/9,   loss = 8/5 log 2 + 50 (s + 4/9).
+  ids = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
+  logits = jnp.array([[1, 1, -1, 1, -1, 5, 5, 5], [-1, 1, 1, -1, 5, 5, 5, 5]], jnp.float32)
+  config = ObjectiveConfig(mask_prob=0.6, temperature=1e-3, mask_token_prob=mask_token_prob)
+  loss, m = _loss(_stub_apply(jnp.asarray(ids), lambda corrupted: logits), _batch(ids), config)
+  s = math.log(1 + math.exp(-1))
+  np.testing.assert_allclose(m['gen_loss'][0], 1.6 * LOG2, rtol=1e-6)
+  np.testing.assert_allclose(m['disc_loss'][0], s + 4 / 9, rtol=1e-6)
+  np.testing.assert_allclose(loss, 1.6 * LOG2 + 50 * (s + 4 / 9), rtol=1e-6)
+  assert m['gen_accuracy'] == (2.0, 5.0)
+  assert m['disc_precision'] == (2.0, 5.0)
+  assert m['disc_recall'] == (2.0, 3.0)
+  assert m['disc_accuracy'] == (5.0, 9.0)
+  assert m['replaced_fraction'] == (3.0, 9.0)
+  assert m['sampled_original'] == (2.0, 5.0)
+
+
+def test_loss_weights():
+  # Same example as above with gen_weight 2 and disc_weight 10: loss = 2 * 8/5 log 2 + 10 (s + 4/9).
+  ids = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
+  logits = jnp.array([[1, 1, -1, 1, -1, 5, 5, 5], [-1, 1, 1, -1, 5, 5, 5, 5]], jnp.float32)
+  config = ObjectiveConfig(mask_prob=0.6, temperature=1e-3, gen_weight=2.0, disc_weight=10.0)
+  loss, _ = _loss(_stub_apply(jnp.asarray(ids), lambda corrupted: logits), _batch(ids), config)
+  s = math.log(1 + math.exp(-1))
+  np.testing.assert_allclose(loss, 3.2 * LOG2 + 10 * (s + 4 / 9), rtol=1e-6)
+
+
+def test_disallow_correct_labels_every_selection_replaced():
+  # The stub generator ranks the original 7 first; with disallow_correct its logit drops by 1000, so the
+  # sample is never 7: all 5 selected tokens of the example above are replaced (T = 1, real Gumbel noise).
+  ids = np.array([[2, 7, 7, 7, 3, 0, 0, 0], [2, 7, 7, 3, 0, 0, 0, 0]], np.int32)
+  zeros = lambda corrupted: jnp.zeros(corrupted.shape, jnp.float32)
+  for disallow in (False, True):
+    config = ObjectiveConfig(mask_prob=0.6, disallow_correct=disallow)
+    _, m = _loss(_stub_apply(jnp.asarray(ids), zeros), _batch(ids), config)
+    if disallow:
+      assert m['sampled_original'] == (0.0, 5.0)
+      assert m['replaced_fraction'] == (5.0, 9.0)
+    # Whatever is sampled: a token is labelled replaced exactly when its sample differs from the original.
+    assert m['replaced_fraction'][0] == m['sampled_original'][1] - m['sampled_original'][0]
+
+
+def _draws(logits, config, n, targets=None, seed=0):
+  """`n` samples for one position with the given [vocab] logits, as a [n] numpy array."""
+  logits = jnp.broadcast_to(jnp.asarray(logits, jnp.float32), (n, 1, len(logits)))
+  targets = jnp.zeros((n, 1), jnp.int32) if targets is None else jnp.full((n, 1), targets, jnp.int32)
+  fn = jax.jit(functools.partial(objective.sample_replacements, config=config))
+  return np.asarray(fn(jax.random.PRNGKey(seed), logits, targets))[:, 0]
+
+
+def test_sample_equal_to_original_and_disallow_correct():
+  # Logits +20 on token 3, 0 elsewhere: without disallow_correct the original (3) wins essentially always;
+  # with it, 3 gets -980 and is never drawn, the other 4 ids are equally likely.
+  logits = [0, 0, 0, 20, 0]
+  plain = _draws(logits, ObjectiveConfig(), 4000, targets=3)
+  assert np.mean(plain == 3) > 0.99  # P(3) = e^20 / (e^20 + 4) = 1 - 8e-9
+  banned = _draws(logits, ObjectiveConfig(disallow_correct=True), 4000, targets=3)
+  assert not np.any(banned == 3)
+  assert set(banned.tolist()) == {0, 1, 2, 4}
+
+
+@pytest.mark.parametrize('temperature', [1.0, 2.0, 0.5])
+def test_temperature(temperature):
+  # Gumbel-argmax of logits/T samples softmax(logits/T); with logits = log p that is p^(1/T) normalised:
+  #   T = 1:   [0.5, 0.3, 0.2]
+  #   T = 2:   sqrt(p) = [0.7071, 0.5477, 0.4472] / 1.7020 = [0.4155, 0.3218, 0.2628]
+  #   T = 0.5: p^2     = [0.25, 0.09, 0.04] / 0.38        = [0.6579, 0.2368, 0.1053]
+  # 20000 draws: sd of a frequency <= sqrt(0.25 / 20000) = 0.0035; tolerance 0.018 is ~5 sd.
+  p = np.array([0.5, 0.3, 0.2])
+  expected = {1.0: [0.5, 0.3, 0.2], 2.0: [0.4155, 0.3218, 0.2628], 0.5: [0.6579, 0.2368, 0.1053]}[temperature]
+  np.testing.assert_allclose(p ** (1 / temperature) / np.sum(p ** (1 / temperature)), expected, atol=1e-4)
+  samples = _draws(np.log(p), ObjectiveConfig(temperature=temperature), 20000)
+  freq = np.bincount(samples, minlength=3) / len(samples)
+  np.testing.assert_allclose(freq, expected, atol=0.018)
+
+
+def test_low_temperature_is_argmax():
+  samples = _draws(np.log([0.3, 0.45, 0.25]), ObjectiveConfig(temperature=1e-3), 2000)
+  assert np.all(samples == 1)
+
+
+def test_uniform_generator():
+  # The generator's logits are ignored: each of 4 ids has p = 1/4. 20000 draws: sd = sqrt(3/16 / 20000) =
+  # 0.0031; tolerance 0.016 (~5 sd).
+  samples = _draws([10.0, 0.0, -5.0, 3.0], ObjectiveConfig(uniform_generator=True), 20000)
+  freq = np.bincount(samples, minlength=4) / len(samples)
+  np.testing.assert_allclose(freq, 0.25, atol=0.016)
+
+
+def test_discriminator_loss_sends_no_gradient_into_the_generator():
+  """Sampling is under stop_gradient: with gen_weight 0, every generator-tower gradient is exactly zero."""
+  model_config = ModelConfig(vocab_size=32, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                             intermediate_size=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
+                             attention_dropout_rate=0.0)
+  model = Electra(model_config)
+  r = np.random.RandomState(0)
+  ids = r.randint(5, 32, (4, 16)).astype(np.int32)
+  ids[:, 0], ids[:, -1] = 2, 3
+  ids[1, 10:] = 0
+  batch = {k: jnp.asarray(v) for k, v in _batch(ids).items()}
+  # Generic parameter values of the right shapes (the initialiser itself is tested in test_model.py).
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch['input_ids'], batch['segment_ids'],
+                          batch['input_mask'], jnp.zeros((4, 2), jnp.int32))['params']
+  params = jax.tree.map(lambda s: jnp.asarray(r.normal(0, 0.2, s.shape), jnp.float32), nn.meta.unbox(shapes))
+  apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
+
+  def loss(p, config):
+    return objective.electra_loss(apply_fn, p, batch, jax.random.PRNGKey(1), config=config, special=SPECIAL,
+                                  vocab_size=32, deterministic=True)
+
+  disc_only = jax.jit(jax.grad(lambda q: loss(q, ObjectiveConfig(gen_weight=0.0))[0]))(params)
+  for path, g in jax.tree_util.tree_leaves_with_path(disc_only['generator']):
+    assert np.all(np.asarray(g) == 0), jax.tree_util.keystr(path)
+  # The discriminator loss does reach the discriminator and the shared embeddings. (The key bias is excluded:
+  # softmax is invariant to a per-query constant, so its gradient is zero up to rounding.) That the generator's
+  # own loss trains the generator is shown in test_train_step.py (its MLM loss goes down).
+  for tree in (disc_only['discriminator'], disc_only['embeddings']):
+    for path, g in jax.tree_util.tree_leaves_with_path(tree):
+      name = jax.tree_util.keystr(path)
+      if "'key'" not in name or "'bias'" not in name:
+        assert np.any(np.asarray(g) != 0), name

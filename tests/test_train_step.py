@@ -1,0 +1,275 @@
+"""The jitted, sharded train step: metrics, learning, purity, rng folding, donation, shardings, big-config lowering."""
+
+import importlib
+import math
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+from configs import default
+from electra_jax import config as config_lib
+from electra_jax import optimizer, sharding
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import Pretraining
+
+SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
+V, B, L = 64, 8, 16
+LENGTHS = (16, 16, 12, 10, 8, 5, 3, 16)  # real tokens per row
+RULES = dict(default.get_config().mesh.rules)  # logical axis -> mesh axes, as configured
+
+
+def _config(mesh_shape=(-1, 1, 1)):
+  cfg = default.get_config()
+  cfg.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                   generator_hidden_fraction=0.5, max_position_embeddings=32)
+  cfg.data.max_seq_length = L
+  cfg.batch_size = B
+  cfg.train_steps = 100
+  cfg.optimizer.learning_rate = 2e-3
+  cfg.optimizer.warmup_steps = 3
+  cfg.mesh.shape = mesh_shape
+  return config_lib.load(cfg, vocab_size=V)
+
+
+def _numpy_batch(seed=0):
+  r = np.random.RandomState(seed)
+  ids = np.zeros((B, L), np.int32)
+  segments = np.zeros((B, L), np.int32)
+  for i, n in enumerate(LENGTHS):
+    # A learnable pattern: each word is followed by a word from a small set, so the generator can improve.
+    words = (np.arange(n) * 7 + 3 * i) % 20 + 10 + r.randint(0, 3, n)
+    ids[i, :n] = words
+    ids[i, 0], ids[i, n - 1] = SPECIAL.cls, SPECIAL.sep
+    segments[i, n // 2:n] = 1
+  return {'input_ids': ids, 'segment_ids': segments, 'input_mask': (ids > 0).astype(np.int32)}
+
+
+@pytest.fixture(scope='module')
+def run():
+  mesh = sharding.make_mesh(_config().mesh)
+  assert mesh.devices.size == 8
+  return Pretraining(_config(), SPECIAL, mesh)
+
+
+@pytest.fixture(scope='module')
+def batch(run):
+  return sharding.global_batch(_numpy_batch(), run.batch_sharding)
+
+
+@pytest.fixture(scope='module')
+def initial_on_device(run):
+  return run.init_state(jax.random.PRNGKey(0))
+
+
+@pytest.fixture(scope='module')
+def initial(initial_on_device):
+  """The initial state on the host: steps donate their input, so each test places a fresh copy."""
+  return jax.tree.map(np.asarray, initial_on_device)
+
+
+def _fresh(run, initial, step=0):
+  return jax.device_put(initial.replace(step=np.asarray(step, np.int32)), run.state_shardings)
+
+
+def _rng(seed=1):
+  return jax.random.key_data(jax.random.PRNGKey(seed))
+
+
+def _host(tree):
+  return jax.tree.map(np.asarray, tree)
+
+
+def _value(metrics, name):
+  numerator, denominator = metrics[name]
+  return float(numerator) / float(denominator)
+
+
+def test_one_step_returns_every_metric(run, batch, initial):
+  state = _fresh(run, initial)
+  before = initial.params
+  state, metrics = run.step_fn(state, batch, _rng())
+  expected = {'loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'disc_accuracy', 'disc_precision', 'disc_recall',
+              'replaced_fraction', 'grad_norm', 'learning_rate'}
+  assert expected <= set(metrics)
+  for name in expected - {'disc_precision'}:  # precision is 0/0 when nothing is predicted replaced
+    assert np.isfinite(_value(metrics, name)), name
+  assert int(state.step) == 1
+  # Denominators worked out by hand. Tokens: 16+16+12+10+8+5+3+16 = 86.
+  # Selections n = max(1, min(P=int(0.155*16)=2, round(0.15 N))): N=16 -> 2.4 -> 2, 12 -> 1.8 -> 2,
+  # 10 -> 1.5 -> 2, 8 -> 1.2 -> 1, 5 -> 0.75 -> 1, 3 -> 0.45 -> 1 (its single word): 2+2+2+2+1+1+1+2 = 13.
+  assert float(metrics['disc_accuracy'][1]) == 86
+  assert float(metrics['replaced_fraction'][1]) == 86
+  assert float(metrics['gen_accuracy'][1]) == 13
+  np.testing.assert_allclose(_value(metrics, 'loss'),
+                             _value(metrics, 'gen_loss') + 50 * _value(metrics, 'disc_loss'), rtol=1e-5)
+  # A freshly initialised generator is near uniform: its MLM loss is about log V = log 64 = 4.16.
+  assert abs(_value(metrics, 'gen_loss') - np.log(V)) < 0.3
+  assert _value(metrics, 'grad_norm') > 0
+  # Step 0 of the warm-up has learning rate 0, so the parameters are exactly unchanged.
+  assert _value(metrics, 'learning_rate') == 0.0
+  jax.tree.map(np.testing.assert_array_equal, _host(state.params), before)
+  # The next step uses lr * min(1, 1/3) * (1 - 1/100) = 2e-3 * 0.33 = 6.6e-4 and changes them.
+  state, metrics = run.step_fn(state, batch, _rng())
+  np.testing.assert_allclose(_value(metrics, 'learning_rate'), 2e-3 / 3 * 0.99, rtol=1e-6)
+  assert int(state.step) == 2
+  changed = jax.tree.map(lambda a, b: not np.array_equal(a, b), _host(state.params), before)
+  assert all(jax.tree.leaves(changed))
+
+
+def test_loss_goes_down_on_a_fixed_batch(run, batch, initial):
+  state = _fresh(run, initial)
+  losses = []
+  for _ in range(30):
+    state, metrics = run.step_fn(state, batch, _rng())
+    losses.append((_value(metrics, 'loss'), _value(metrics, 'gen_loss'), _value(metrics, 'disc_loss')))
+  losses = np.array(losses)
+  assert int(state.step) == 30
+  first, last = losses[:3].mean(0), losses[-3:].mean(0)
+  # Masks change every step (fold_in(rng, step)), so compare 3-step means.
+  assert last[0] < 0.8 * first[0], losses[:, 0]
+  assert last[1] < first[1] - 0.5, losses[:, 1]  # the generator learns the pattern
+  assert np.all(np.isfinite(losses))
+
+
+def test_step_is_pure(run, batch, initial):
+  a, metrics_a = run.step_fn(_fresh(run, initial), batch, _rng(1))
+  b, metrics_b = run.step_fn(_fresh(run, initial), batch, _rng(1))
+  jax.tree.map(np.testing.assert_array_equal, _host((a, metrics_a)), _host((b, metrics_b)))
+  _, metrics_c = run.step_fn(_fresh(run, initial), batch, _rng(2))
+  assert _value(metrics_c, 'loss') != _value(metrics_a, 'loss')  # a different rng draws different masks
+
+
+def test_rng_is_folded_with_the_step(run, batch, initial):
+  """Step s draws its masks, samples and dropout from fold_in(rng, s): same rng, different steps differ."""
+  losses = {}
+  for step in (0, 5):
+    _, metrics = run.step_fn(_fresh(run, initial, step), batch, _rng())
+    losses[step] = _value(metrics, 'loss')
+  assert losses[0] != losses[5]
+  _, metrics = run.step_fn(_fresh(run, initial, 5), batch, _rng())
+  assert _value(metrics, 'loss') == losses[5]  # and the same step draws the same
+
+
+def test_state_is_donated(run, batch, initial):
+  state = _fresh(run, initial)
+  new_state, _ = run.step_fn(state, batch, _rng())
+  assert all(x.is_deleted() for x in jax.tree.leaves(state))
+  assert not any(x.is_deleted() for x in jax.tree.leaves(new_state))
+  assert not any(x.is_deleted() for x in jax.tree.leaves(batch))  # the batch is not donated
+
+
+def _logical_axes(path):
+  """The logical axis names each parameter should carry (Megatron-style: q/k/v and FFN-in split their output
+  features over 'heads'/'mlp', attention-out and FFN-out their input features)."""
+  name = '/'.join(path)
+  leaf = path[-1]
+  kernel = leaf in ('kernel', 'embedding')
+  table = {
+      'word_embeddings': ('vocab', 'token_embed'),
+      'position_embeddings': (None, 'token_embed'),
+      'token_type_embeddings': (None, 'token_embed'),
+      'embeddings_project': ('token_embed', 'embed'),
+      'self': ('embed', 'heads'),
+      'attention/output/dense': ('heads', 'embed'),
+      'intermediate/dense': ('embed', 'mlp'),
+      'generator_predictions/dense': ('embed', 'token_embed'),
+      'discriminator_predictions/dense/': ('embed', 'mlp'),
+      'dense_prediction': ('mlp', None),
+      'generator_lm_head': (None, 'vocab'),
+  }
+  if 'LayerNorm' in name:
+    return ('token_embed',) if name.startswith('embeddings/') or 'generator_predictions' in name else ('embed',)
+  if '/encoder/' in name and '/output/dense' in name and 'attention' not in name:
+    axes = ('mlp', 'embed')
+  else:
+    axes = next(v for k, v in table.items() if k in name)
+  return axes if kernel else axes[1:]
+
+
+def _expected_spec(path):
+  return PartitionSpec(*(RULES[a] if a is not None else None for a in _logical_axes(path)))
+
+
+def _check_shardings(state, mesh):
+  sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+  checked = 0
+  adam = [s for s in jax.tree.leaves(state.opt_state, is_leaf=lambda s: isinstance(s, optimizer.ScaleByAdamState))
+          if isinstance(s, optimizer.ScaleByAdamState)]
+  assert len(adam) == 1
+  for tree in (state.params, adam[0].mu, adam[0].nu):
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+      keys = tuple(k.key for k in path)
+      spec = _expected_spec(keys)
+      assert leaf.sharding.mesh.shape == mesh.shape
+      assert leaf.sharding.spec == spec, (keys, leaf.sharding.spec, spec)
+      # The shard really is the global shape divided by the sizes of the mesh axes in the spec.
+      shard = tuple(dim // (sizes[axis] if axis else 1) for dim, axis in zip(leaf.shape, tuple(spec)
+                                                                         + (None,) * leaf.ndim))
+      assert leaf.addressable_shards[0].data.shape == shard, keys
+      checked += 1
+  assert checked == 3 * len(jax.tree.leaves(state.params))
+  assert state.step.sharding.is_fully_replicated
+
+
+def test_shardings_on_the_default_mesh(run, batch, initial, initial_on_device):
+  assert run.mesh.devices.shape == (8, 1, 1)
+  _check_shardings(initial_on_device, run.mesh)  # as initialised
+  state, _ = run.step_fn(_fresh(run, initial), batch, _rng())
+  _check_shardings(state, run.mesh)  # as the step returns it
+  assert run.batch_sharding.spec == PartitionSpec(('data', 'fsdp'), None)
+
+
+def test_shardings_on_a_3d_mesh(initial):
+  config = _config(mesh_shape=(2, 2, 2))
+  mesh = sharding.make_mesh(config.mesh)
+  run = Pretraining(config, SPECIAL, mesh)
+  # What init_state would return (its out_shardings), without compiling a second initialiser: the same
+  # values placed with the state shardings of this mesh.
+  abstract = run.abstract_state()
+  state = jax.device_put(initial, run.state_shardings)
+  jax.tree.map(lambda a, s: a.sharding == s.sharding or pytest.fail(f'{a.sharding} != {s.sharding}'),
+               state, abstract)
+  _check_shardings(state, mesh)
+  # Two examples: (64, 16) word table on ('tensor', None) -> (32, 16) per device; (32, 32) query kernel on
+  # ('fsdp', 'tensor') -> (16, 16).
+  table = state.params['embeddings']['word_embeddings']['embedding']
+  assert table.addressable_shards[0].data.shape == (32, 16)
+  query = state.params['discriminator']['encoder']['layer_0']['attention']['self']['query']['kernel']
+  assert query.addressable_shards[0].data.shape == (16, 16)
+  # The batch is split over data x fsdp = 4 groups of 2 rows.
+  local = sharding.global_batch(_numpy_batch(), run.batch_sharding)
+  assert local['input_ids'].addressable_shards[0].data.shape == (2, L)
+
+
+def _disc_params(v, e, h, layers, ffn):
+  """Shared embeddings + discriminator parameter count, by hand from the architecture."""
+  embeddings = v * e + 512 * e + 2 * e + 2 * e  # word, position, type tables + LayerNorm
+  project = e * h + h if e != h else 0
+  layer = 4 * (h * h + h) + 2 * h + (h * ffn + ffn) + (ffn * h + h) + 2 * h
+  head = (h * h + h) + (h + 1)
+  return embeddings + project + layers * layer + head
+
+
+@pytest.mark.parametrize('name, dims, paper_millions', [
+    ('small', (128, 256, 12, 1024), 14),  # 13,549,057
+    ('base', (768, 768, 12, 3072), 110),  # 109,483,009
+    ('large', (1024, 1024, 24, 4096), 335),  # 335,142,913
+])
+def test_paper_configs_lower(name, dims, paper_millions):
+  """The full-size train step lowers (traced with its shardings, not compiled or run) on 8 devices.
+
+  About 10-20 s each on 2 CPU cores; the three together stay under a minute.
+  """
+  config = config_lib.load(importlib.import_module(f'configs.{name}').get_config(), vocab_size=30522)
+  mesh = sharding.make_mesh(config.mesh)
+  run = Pretraining(config, SPECIAL, mesh)
+  lowered = run.lower()
+  state_info = lowered.args_info[0][0]  # (args, kwargs) -> the TrainState argument
+  assert state_info.step.shape == () and state_info.step.donated
+  count = sum(math.prod(x.shape) for k in ('embeddings', 'discriminator')
+              for x in jax.tree.leaves(state_info.params[k]))
+  assert count == _disc_params(30522, *dims)
+  assert abs(count / 1e6 - paper_millions) / paper_millions < 0.04
+  assert lowered.out_info[1]['loss'][0].shape == ()
