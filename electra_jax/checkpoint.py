@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from electra_jax import config as config_lib
+from electra_jax import objective
 from electra_jax.model import Electra
 
 
@@ -108,7 +109,9 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
     if step is None:
       raise CheckpointError(f'{checkpointer.directory} holds no checkpoint yet')
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    params = checkpointer.restore_params(step, abstract_params(Electra(config.model), device))
+    spec = objective.get(config.objective.name)
+    model = Electra(config.model, with_generator=spec.with_generator, discriminator_head=spec.discriminator_head)
+    params = checkpointer.restore_params(step, abstract_params(model, device))
   finally:
     checkpointer.close()
   return config, params

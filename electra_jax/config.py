@@ -82,6 +82,7 @@ class TowerConfig:
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
   """Masking, sampling and loss weights of replaced-token detection."""
+  name: str = 'electra'
   mask_prob: float = 0.15
   max_predictions: int = 0
   mask_token_prob: float = 0.85
@@ -141,7 +142,7 @@ def load(config, vocab_size: int | None = None) -> TrainConfig:
 
   `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0.
   """
-  from electra_jax import data, sharding  # pylint: disable=g-import-not-at-top  (they import this module)
+  from electra_jax import data, objective, sharding  # pylint: disable=g-import-not-at-top  (they import this module)
   values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
   sub = {'model': ModelConfig, 'objective': ObjectiveConfig, 'optimizer': OptimizerConfig,
          'data': data.DataConfig, 'mesh': sharding.MeshConfig}
@@ -151,4 +152,5 @@ def load(config, vocab_size: int | None = None) -> TrainConfig:
     if name == 'model' and vocab_size and not part.get('vocab_size'):
       part['vocab_size'] = vocab_size
     parts[name] = from_dict(cls, part, where=name)
+  objective.get(parts['objective'].name)  # an unknown name is a ConfigError now, not inside jit
   return from_dict(TrainConfig, values, where='config', **parts)

@@ -1,27 +1,104 @@
-"""Model FLOPs of ELECTRA pre-training, counted analytically (matmuls only, multiply-add = 2 FLOPs).
+"""Model FLOPs of pre-training and inference, counted analytically (multiply-add = 2 FLOPs).
 
-Training FLOPs = 3 x forward (the backward pass costs about twice the forward), the convention of the paper's
-FLOPs figures. Used by the throughput benchmark (model FLOPs utilisation) and to match runs by compute.
+Two conventions:
+  'matmul' (default): matmuls only (embedding lookups are gathers, free); training = 3 x forward (the backward
+    pass costs twice the forward). What the accelerator really does: use it for model FLOPs utilisation.
+  'paper': the ELECTRA paper's official flops_computation.py. Training = 2 x forward (it takes the backward pass
+    as costly as the forward), embedding lookups are dense one-hot matmuls (2 E V per token and tower), and the
+    element-wise ops count too (per element: LayerNorm 5, GELU 8, softmax 5, dropout 4, bias or residual 1).
+    ELECTRA-Small, 1M steps of 128 x 128: 1.29e18 ('matmul': 1.15e18). Use it to compare with the paper's figures.
+The MLM heads run only where they are evaluated: at the P selected positions (All-Tokens MLM: every position).
 """
 
 from electra_jax.config import ModelConfig, TowerConfig
 
+CONVENTIONS = ('matmul', 'paper')
+# Element-wise FLOPs per element in the 'paper' convention (official flops_computation.py).
+DROPOUT, LAYER_NORM, GELU, SOFTMAX = 4, 5, 8, 5
 
-def tower_forward_flops_per_token(tower: TowerConfig, embedding_size: int, seq_length: int) -> float:
-  """Forward matmul FLOPs per token of one encoder tower, with its E->H projection if any."""
-  h, f = tower.hidden_size, tower.intermediate_size
+
+def _check(convention: str) -> bool:
+  if convention not in CONVENTIONS:
+    raise ValueError(f'FLOPs convention must be one of {CONVENTIONS}, got {convention!r}')
+  return convention == 'paper'
+
+
+def tower_forward_flops_per_token(tower: TowerConfig, embedding_size: int, seq_length: int,
+                                  convention: str = 'matmul') -> float:
+  """Forward FLOPs per token of one encoder tower, with its E->H projection if any (no embeddings, no head)."""
+  paper = _check(convention)
+  h, f, heads = tower.hidden_size, tower.intermediate_size, tower.num_heads
   per_layer = 2 * (4 * h * h + 2 * h * f) + 2 * 2 * seq_length * h  # projections + FFN + QK^T and PV
-  projection = 2 * embedding_size * h if embedding_size != h else 0
+  if paper:
+    per_layer += (3 * h + h + f + h  # biases: q/k/v, attention output, intermediate, output
+                  + (SOFTMAX + DROPOUT + 1) * heads * seq_length  # attention softmax, dropout, 1/sqrt(d) scale
+                  + 2 * (DROPOUT + 1 + LAYER_NORM) * h  # two (dropout, residual add, LayerNorm)
+                  + GELU * f)
+  projection = (2 * embedding_size * h + paper * h) if embedding_size != h else 0
   return tower.num_layers * per_layer + projection
 
 
-def pretraining_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int,
-                               num_predictions: int) -> float:
-  """Training FLOPs of one ELECTRA step: generator (+ MLM head at the selected positions) and discriminator."""
+def embedding_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:
+  """Forward FLOPs per token of the (shared) embeddings: 0 as gathers, the dense lookup in 'paper'."""
+  if not _check(convention):
+    return 0
+  e = model.embedding_size
+  # Word lookup as a one-hot matmul; position and token-type lookups as the official script counts them (a
+  # one-hot matmul over L + 2 rows); two adds, LayerNorm, dropout.
+  return 2 * e * model.vocab_size + 2 * e * (seq_length + 2) + (2 + LAYER_NORM + DROPOUT) * e
+
+
+def mlm_head_flops_per_prediction(hidden_size: int, model: ModelConfig, convention: str = 'matmul') -> float:
+  """Forward FLOPs of an MLM head at one position: dense(H -> E), GELU, LayerNorm, tied E -> V projection."""
   e, v = model.embedding_size, model.vocab_size
+  flops = 2 * (hidden_size * e + e * v)
+  if _check(convention):
+    flops += (1 + GELU + LAYER_NORM) * e + SOFTMAX * v + 2 * v  # bias, GELU, LayerNorm, softmax, target word
+  return flops
+
+
+def rtd_head_flops_per_token(hidden_size: int, convention: str = 'matmul') -> float:
+  """Forward FLOPs of the replaced-token-detection head: dense(H -> H), GELU, dense(H -> 1)."""
+  return 2 * (hidden_size * hidden_size + hidden_size) + _check(convention) * (1 + GELU) * hidden_size
+
+
+def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, num_predictions: int,
+                                           objective: str = 'electra', convention: str = 'matmul') -> float:
+  """Forward FLOPs for one sequence of `objective` (a name of `electra_jax.objective.OBJECTIVES`)."""
+  e, length = model.embedding_size, seq_length
   generator, discriminator = model.tower(generator=True), model.tower(generator=False)
-  per_token = (tower_forward_flops_per_token(generator, e, seq_length)
-               + tower_forward_flops_per_token(discriminator, e, seq_length)
-               + 2 * (discriminator.hidden_size ** 2 + discriminator.hidden_size))  # discriminator head
-  mlm_head = 2 * (generator.hidden_size * e + e * v) * num_predictions  # per sequence
-  return 3 * batch_size * (seq_length * per_token + mlm_head)
+  embed = embedding_flops_per_token(model, length, convention)  # paid by each tower (it runs them separately)
+  flops = length * (embed + tower_forward_flops_per_token(discriminator, e, length, convention))
+  if objective in ('electra', 'electra_15'):
+    flops += length * rtd_head_flops_per_token(discriminator.hidden_size, convention)
+  elif objective in ('replace_mlm', 'mlm'):
+    flops += num_predictions * mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
+  elif objective == 'all_tokens_mlm':
+    flops += length * (mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
+                       + 2 * discriminator.hidden_size)  # + the copy gate
+  else:
+    raise ValueError(f'unknown objective {objective!r}')
+  if objective != 'mlm':
+    flops += length * (embed + tower_forward_flops_per_token(generator, e, length, convention))
+    flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, model, convention)
+  return flops
+
+
+def pretraining_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int, num_predictions: int,
+                               objective: str = 'electra', convention: str = 'matmul') -> float:
+  """Training FLOPs of one step of `objective`: forward and backward passes of every tower and head it uses."""
+  multiplier = 2 if _check(convention) else 3
+  return multiplier * batch_size * pretraining_forward_flops_per_sequence(model, seq_length, num_predictions,
+                                                                          objective, convention)
+
+
+def inference_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:
+  """Forward FLOPs per token of the discriminator alone (embeddings, encoder, the per-token RTD head).
+
+  The generator is dropped after pre-training, so this is what a fine-tuned ELECTRA costs at inference (up to
+  its task head); the official script's `get_infer_flops` counts the same parts.
+  """
+  discriminator = model.tower(generator=False)
+  return (embedding_flops_per_token(model, seq_length, convention)
+          + tower_forward_flops_per_token(discriminator, model.embedding_size, seq_length, convention)
+          + rtd_head_flops_per_token(discriminator.hidden_size, convention))

@@ -220,14 +220,33 @@ class Generator(_Tower):
 
 
 class Discriminator(_Tower):
-  """The replaced-token-detection tower and its per-token head."""
+  """The discriminator-sized tower and its head: replaced-token detection, or an MLM head (ablations).
+
+  `head` is 'rtd' (`discriminator_predictions`), 'mlm' (`mlm_predictions` + `mlm_lm_head`, named like the
+  generator's head) or 'mlm_copy' ('mlm' plus `copy_gate`, a per-token sigmoid logit for All-Tokens MLM).
+  """
+  head: str = 'rtd'
 
   def setup_head(self):
-    self.discriminator_predictions = DiscriminatorHead(self.config)
+    if self.head not in ('rtd', 'mlm', 'mlm_copy'):
+      raise ValueError(f"Discriminator head must be 'rtd', 'mlm' or 'mlm_copy', got {self.head!r}")
+    if self.head == 'rtd':
+      self.discriminator_predictions = DiscriminatorHead(self.config)
+    else:
+      self.mlm_predictions = GeneratorHead(self.config)
+      self.mlm_lm_head = LMHeadBias(self.config.vocab_size)
+    if self.head == 'mlm_copy':
+      self.copy_gate = dense(1, self.config, ('embed', None), None)
 
   def logits(self, hidden):
     """[batch, length, H] -> [batch, length] float32 'replaced' logits."""
     return self.discriminator_predictions(hidden).astype(jnp.float32)
+
+  def mlm_logits(self, hidden, embeddings: Embeddings):
+    """[..., H] -> ([..., vocab] float32 MLM logits, [...] float32 copy-gate logits or None)."""
+    logits = self.mlm_lm_head(embeddings.attend(self.mlm_predictions(hidden)).astype(jnp.float32))
+    copy = self.copy_gate(hidden)[..., 0].astype(jnp.float32) if self.head == 'mlm_copy' else None
+    return logits, copy
 
 
 class Electra(nn.Module):
@@ -235,13 +254,18 @@ class Electra(nn.Module):
 
   Params: {'embeddings': ..., 'generator': {embeddings_project?, encoder, generator_predictions,
   generator_lm_head}, 'discriminator': {embeddings_project?, encoder, discriminator_predictions}}.
+  The objective ablations (`electra_jax.objective.OBJECTIVES`) drop the generator (`with_generator=False`) or
+  give the discriminator an MLM head (`discriminator_head='mlm'` or `'mlm_copy'`, see `Discriminator`).
   """
   config: ModelConfig
+  with_generator: bool = True
+  discriminator_head: str = 'rtd'
 
   def setup(self):
     self.embeddings = Embeddings(self.config)
-    self.generator = Generator(self.config)
-    self.discriminator = Discriminator(self.config)
+    if self.with_generator:
+      self.generator = Generator(self.config)
+    self.discriminator = Discriminator(self.config, head=self.discriminator_head)
 
   def generator_logits(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):
     """Masked inputs [batch, length] and positions [batch, P] -> MLM logits [batch, P, vocab] (float32).
@@ -258,6 +282,18 @@ class Electra(nn.Module):
     embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
     return self.discriminator.logits(self.discriminator(embedded, input_mask, deterministic=deterministic))
 
+  def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions=None, *,
+                               deterministic: bool = True):
+    """MLM of the discriminator-sized model: ([batch, P, vocab] logits, [batch, P] copy-gate logits or None).
+
+    At `positions` [batch, P], or at every token ([batch, length, ...]) when `positions` is None.
+    """
+    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    hidden = self.discriminator(embedded, input_mask, deterministic=deterministic)
+    if positions is not None:
+      hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return self.discriminator.mlm_logits(hidden, self.embeddings)
+
   def encode(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
     """The discriminator's last hidden states [batch, length, H]: what fine-tuning builds on."""
     embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
@@ -265,5 +301,9 @@ class Electra(nn.Module):
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):
     """Runs both towers (used to initialise every parameter)."""
-    return (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic=deterministic),
-            self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic=deterministic))
+    gen = (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic=deterministic)
+           if self.with_generator else None)
+    if self.discriminator_head == 'rtd':
+      return gen, self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic=deterministic)
+    return gen, self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions,
+                                              deterministic=deterministic)

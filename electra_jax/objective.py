@@ -1,10 +1,14 @@
-"""Replaced-token detection: the ELECTRA loss for one batch, and its metrics.
+"""Replaced-token detection: the ELECTRA loss for one batch, and its metrics; and the paper's ablations.
 
 loss = gen_weight * generator MLM cross-entropy (selected positions)
      + disc_weight * discriminator sigmoid cross-entropy (every non-pad token, [CLS]/[SEP] included).
 The generator's samples pass through `stop_gradient`: no gradient flows from the discriminator into the generator.
+
+`OBJECTIVES` maps `config.objective.name` to the loss function and to what it needs of the model (the train
+step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2).
 """
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -12,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import masking
-from electra_jax.config import ObjectiveConfig
+from electra_jax.config import ConfigError, ObjectiveConfig
 
 # A metric is (numerator, denominator), summed over steps and divided only when logged.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -39,6 +43,13 @@ def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Ob
 
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
+                             rngs=rngs)
+
+
+def _mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
+  """The batch's masking, its generator sampler, and the (generator, discriminator) dropout keys."""
   mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
   input_ids, input_mask = batch['input_ids'], batch['input_mask']
   masked = masking.mask_tokens(
@@ -46,18 +57,26 @@ def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Ob
       max_predictions=config.num_predictions(input_ids.shape[-1]), mask_token_prob=config.mask_token_prob,
       random_token_prob=config.random_token_prob, vocab_size=vocab_size)
   sample = lambda gen_logits: sample_replacements(sample_rng, gen_logits, masked.targets, config)
+  return masked, sample, (gen_rng, disc_rng)
+
+
+def electra_15_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+                    special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions."""
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
   return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                             rngs=(gen_rng, disc_rng))
+                             rngs=rngs, selected_only=True)
 
 
 def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
                         sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                        deterministic: bool = False, rngs=None):
+                        deterministic: bool = False, rngs=None, selected_only: bool = False):
   """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness.
 
   `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacement tokens; `rngs` is the pair of
   dropout keys (generator, discriminator), unused when `deterministic`. Tests fix `masked` and `sample` to compare
-  the loss with another implementation.
+  the loss with another implementation. `selected_only` restricts the discriminator loss to the selected
+  positions (ELECTRA 15%).
   """
   gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
   input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
@@ -73,7 +92,10 @@ def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: mas
   labels = ((corrupted != input_ids) & (input_mask > 0)).astype(jnp.float32)
   disc_logits = apply_fn(params, corrupted, segment_ids, input_mask, deterministic=deterministic,
                          method='discriminator_logits', rngs={'dropout': disc_rng})
-  token_weights = (input_mask > 0).astype(jnp.float32)
+  if selected_only:
+    token_weights = masking.scatter(jnp.zeros(input_ids.shape, jnp.float32), masked.positions, masked.weights)
+  else:
+    token_weights = (input_mask > 0).astype(jnp.float32)
   disc_loss = weighted_mean(optax.sigmoid_binary_cross_entropy(disc_logits, labels), token_weights)
   loss = config.gen_weight * gen_loss + config.disc_weight * disc_loss
 
@@ -93,3 +115,105 @@ def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: mas
       'sampled_original': (jnp.sum((samples == masked.targets) * masked.weights), jnp.sum(masked.weights)),
   }
   return loss, metrics
+
+
+def _generator_step(apply_fn, params, batch, masked: masking.Masked, sample, *, deterministic: bool, rng):
+  """Generator MLM at the selected positions: (its loss, its logits, the corrupted input_ids)."""
+  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
+                        deterministic=deterministic, method='generator_logits', rngs={'dropout': rng})
+  gen_loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets),
+                           masked.weights)
+  corrupted = masking.scatter(batch['input_ids'], masked.positions,
+                              jnp.where(masked.weights > 0, sample(gen_logits), masked.targets))
+  return gen_loss, gen_logits, corrupted
+
+
+def _accuracy(logits, targets, weights):
+  return jnp.sum((jnp.argmax(logits, -1) == targets) * weights), jnp.sum(weights)
+
+
+def replace_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+                     special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """Replace MLM: the discriminator-sized model is an MLM whose selected tokens are generator samples.
+
+  loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
+  positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
+  """
+  masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
+                                                          vocab_size=vocab_size)
+  gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
+                                                    deterministic=deterministic, rng=gen_rng)
+  logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
+                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
+  mlm_loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
+  loss = config.gen_weight * gen_loss + mlm_loss
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
+                'gen_accuracy': _accuracy(gen_logits, masked.targets, masked.weights),
+                'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
+
+
+def all_tokens_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+                        special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """All-Tokens MLM: Replace MLM predicting every non-pad token, with a copy mechanism.
+
+  p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
+  loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
+  """
+  masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
+                                                          vocab_size=vocab_size)
+  gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
+                                                    deterministic=deterministic, rng=gen_rng)
+  input_ids = batch['input_ids']
+  logits, copy_logits = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'],
+                                 deterministic=deterministic, method='discriminator_mlm_logits',
+                                 rngs={'dropout': disc_rng})
+  log_softmax = -optax.softmax_cross_entropy_with_integer_labels(logits, input_ids)  # log softmax[x_t]
+  not_copied = jax.nn.log_sigmoid(-copy_logits) + log_softmax  # log((1 - D) softmax[x_t])
+  log_p = jnp.where(corrupted == input_ids, jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied),
+                    not_copied)
+  token_weights = (batch['input_mask'] > 0).astype(jnp.float32)
+  mlm_loss = weighted_mean(-log_p, token_weights)
+  loss = config.gen_weight * gen_loss + mlm_loss
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
+                'gen_accuracy': _accuracy(gen_logits, masked.targets, masked.weights),
+                'copy_probability': (jnp.sum(jax.nn.sigmoid(copy_logits) * token_weights), jnp.sum(token_weights))}
+
+
+def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+             special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """BERT: MLM of the discriminator-sized model on the masked input, no generator.
+
+  BERT's 80/10/10 masking is objective.mask_token_prob = 0.8, objective.random_token_prob = 0.1.
+  """
+  masked, _, (_, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  logits, _ = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
+                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
+  loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'mlm_loss': (loss, one),
+                'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
+  loss: Callable[..., Any]  # (apply_fn, params, batch, rng, *, config, special, vocab_size) -> (loss, Metrics)
+  with_generator: bool = True
+  discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
+
+
+OBJECTIVES = {
+    'electra': Objective(electra_loss),
+    'electra_15': Objective(electra_15_loss),
+    'replace_mlm': Objective(replace_mlm_loss, discriminator_head='mlm'),
+    'all_tokens_mlm': Objective(all_tokens_mlm_loss, discriminator_head='mlm_copy'),
+    'mlm': Objective(mlm_loss, with_generator=False, discriminator_head='mlm'),
+}
+
+
+def get(name: str) -> Objective:
+  if name not in OBJECTIVES:
+    raise ConfigError(f'unknown objective.name {name!r}; the objectives are: {", ".join(OBJECTIVES)}')
+  return OBJECTIVES[name]

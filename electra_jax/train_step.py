@@ -36,7 +36,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   """
   rng = jax.random.fold_in(rng, state.step)
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
-  loss_fn = functools.partial(objective.electra_loss, apply_fn, batch=batch, rng=rng, config=config,
+  loss_fn = functools.partial(objective.get(config.name).loss, apply_fn, batch=batch, rng=rng, config=config,
                               special=special, vocab_size=model.config.vocab_size)
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -62,7 +62,8 @@ class Pretraining:
 
   def __post_init__(self):
     c = self.config
-    self.model = Electra(c.model)
+    spec = objective.get(c.objective.name)
+    self.model = Electra(c.model, with_generator=spec.with_generator, discriminator_head=spec.discriminator_head)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
         self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))

@@ -17,7 +17,7 @@ from absl import logging
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import data, metrics as metrics_lib, sharding
+from electra_jax import data, flops, metrics as metrics_lib, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.train_step import Pretraining
 
@@ -107,6 +107,12 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     checkpointer.close()
     return {}
 
+  step_flops = flops.pretraining_flops_per_step(
+      c.model, c.batch_size, c.data.max_seq_length, c.objective.num_predictions(c.data.max_seq_length),
+      objective=c.objective.name)
+  if jax.process_index() == 0:
+    print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
+          f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
   accumulate = jax.jit(metrics_lib.accumulate)
   writer = metrics_lib.MetricsWriter(workdir)
@@ -132,9 +138,10 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           last = metrics_lib.summarize(total)
           elapsed = time.time() - log_start
           last['tokens_per_second'] = (step - log_step) * c.batch_size * c.data.max_seq_length / elapsed
+          last['train_flops'] = step * step_flops
           writer.write(step, last)
-          progress.set_postfix(loss=f'{last["loss"]:.3f}', gen_acc=f'{last["gen_accuracy"]:.3f}',
-                               disc_recall=f'{last["disc_recall"]:.3f}', refresh=False)
+          progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
+                                if k in last}, refresh=False)
           total, log_start, log_step = None, time.time(), step
         if step % c.checkpoint_every == 0 or step == end or stop.received:
           _check_finite(previous, step)
@@ -154,7 +161,7 @@ def _check_finite(step_metrics, step: int):
   """Raises TrainingError naming the step and the quantities that are NaN or infinite."""
   if step_metrics is None:
     return
-  values = jax.device_get({k: step_metrics[k][0] for k in WATCHED})
+  values = jax.device_get({k: step_metrics[k][0] for k in WATCHED if k in step_metrics})
   bad = [f'{k}={float(v)}' for k, v in values.items() if not math.isfinite(float(v))]
   if bad:
     raise TrainingError(f'step {step}: {", ".join(bad)}. Training stopped; the last good checkpoint is kept. '

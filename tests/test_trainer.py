@@ -62,6 +62,9 @@ def assert_same_run(config, one_go, resumed):
   a, b = read_metrics(one_go), read_metrics(resumed)
   assert [m['step'] for m in a] == [m['step'] for m in b] == list(range(1, config.train_steps + 1))
   np.testing.assert_allclose([m['loss'] for m in a], [m['loss'] for m in b], rtol=1e-6)
+  # Cumulative FLOPs continue across the resume: step x the FLOPs of one step.
+  assert [m['train_flops'] for m in a] == [m['train_flops'] for m in b] == [
+      m['step'] * a[0]['train_flops'] for m in a]
   params_a, data_a = final_params(one_go)
   params_b, data_b = final_params(resumed)
   assert data_a == data_b
@@ -102,6 +105,17 @@ def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, monke
   monkeypatch.setattr(data.BatchIterator, '__next__', real_next)
   trainer.train(config, tmp_path)
   assert_same_run(config, one_go, tmp_path)
+
+
+def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):
+  """An objective without generator or replaced-token metrics trains and logs (BERT baseline, 2 steps)."""
+  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2, **{
+      'objective.name': 'mlm', 'objective.mask_token_prob': 0.8, 'objective.random_token_prob': 0.1})
+  last = trainer.train(config, tmp_path)
+  assert last['mlm_loss'] > 0 and 'gen_loss' not in last
+  assert [m['train_flops'] for m in read_metrics(tmp_path)] == [last['train_flops'] / 2, last['train_flops']]
+  _, params = checkpoint.load_params(str(tmp_path))
+  assert 'generator' not in params and 'mlm_predictions' in params['discriminator']
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, corpus_file, cache_dir):
