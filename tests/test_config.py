@@ -11,8 +11,9 @@ from electra_jax import sharding
 from configs import default
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+FINETUNE_CONFIGS = ('finetune',)  # read by electra_jax.finetune.config, not the pre-training config
 CONFIG_NAMES = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(CONFIG_DIR, '*.py'))
-                      if not f.endswith('__init__.py'))
+                      if not f.endswith('__init__.py') and os.path.basename(f)[:-3] not in FINETUNE_CONFIGS)
 
 
 def _values(**overrides):
@@ -82,6 +83,13 @@ def test_vocab_size_fills_only_an_unset_model_vocab():
 
 def test_all_configs_found():
   assert {'default', 'small', 'base', 'large', 'tiny'} <= set(CONFIG_NAMES)
+
+
+def test_finetune_config_loads_and_validates():
+  from electra_jax.finetune import config as finetune_config  # pylint: disable=g-import-not-at-top
+  c = finetune_config.load(importlib.import_module('configs.finetune').get_config())
+  assert isinstance(c, finetune_config.FinetuneConfig)
+  assert c.optimizer.warmup_fraction == 0.1 and c.optimizer.weight_decay == 0.01  # the paper's fine-tuning
 
 
 @pytest.mark.parametrize('name', CONFIG_NAMES)
