@@ -97,10 +97,10 @@ class Pretraining:
   schedule: optax.Schedule = dataclasses.field(init=False)
   state_shardings: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
+  _batch_checked: bool = dataclasses.field(init=False, default=False)
 
   def __post_init__(self):
     c = self.config
-    sharding.check_batch(self.mesh, c.mesh.rules, c.batch_size, c.grad_accum_steps)
     self.model = Electra(c.model)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
@@ -114,6 +114,9 @@ class Pretraining:
 
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
+    if not self._batch_checked:
+      sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
+      self._batch_checked = True
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step(state, batch, rng)
 
@@ -144,6 +147,7 @@ class Pretraining:
 
   def lower(self):
     """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
+    sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step.lower(self.abstract_state(), self.abstract_batch(),
                               jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(self.mesh)))

@@ -18,7 +18,6 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from electra_jax import metrics as metrics_lib, sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from electra_jax.checkpoint import Checkpointer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.train_step import Pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
 import scale_setup as setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MESH = (2, 2, 1)  # data across the two processes, FSDP within each
@@ -27,8 +26,7 @@ MESH = (2, 2, 1)  # data across the two processes, FSDP within each
 def main(out_dir):
   sharding.initialize_distributed()
   assert jax.process_count() == 2 and jax.device_count() == 4, (jax.process_count(), jax.device_count())
-  c = setup.config(MESH)
-  run = Pretraining(c, setup.SPECIAL, sharding.make_mesh(c.mesh))
+  run = setup.pretraining(MESH)
   try:
     state = run.init_state(jax.random.PRNGKey(0))  # sharded over both processes
     jax.block_until_ready(state)
@@ -41,8 +39,9 @@ def main(out_dir):
   mine = slice(jax.process_index() * rows, (jax.process_index() + 1) * rows)
   batch = sharding.global_batch({k: v[mine] for k, v in setup.numpy_batch().items()}, run.batch_sharding)
   writer = metrics_lib.MetricsWriter(out_dir)
+  step_fn = setup.compiled_step(MESH)
   for step in range(1, setup.STEPS + 1):
-    state, metrics = run.step_fn(state, batch, setup.rng())
+    state, metrics = step_fn(state, batch, setup.replicated_rng(run))
     writer.write(step, metrics_lib.summarize(metrics))
   writer.close()
   checkpointer = Checkpointer(out_dir)

@@ -12,7 +12,7 @@ import pytest
 
 from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
-from test_sharding import RTOL
+from test_sharding import ATOL_PARAMS, RTOL
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'multihost_worker.py')
 TIMEOUT = 300  # seconds; the run itself takes ~15 s on two idle cores
@@ -66,5 +66,5 @@ def test_two_processes_train_like_one_device(tmp_path):
   state, data_state = checkpointer.restore(setup.STEPS, run.abstract_state())
   checkpointer.close()
   assert data_state == {'process_count': 2}
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), setup.host(state.params),
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL_PARAMS), setup.host(state.params),
                reference_state.params)

@@ -30,11 +30,10 @@ def test_bfloat16_learns_like_float32():
   history, state = setup.trained((1, 1, 1), BF16)
   fp32, bf16 = setup.losses(reference), setup.losses(history)
   assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype('float32')}
-  # Same start (bf16 rounds activations to 8 bits of mantissa: ~0.4% per value, averaging out over the loss).
-  np.testing.assert_allclose(bf16[0], fp32[0], rtol=1e-2)
-  # Both learn, and bf16 about as fast: over 10 steps the loss falls by ~25%; bf16 ends within 3% of fp32.
-  assert bf16[-1] < 0.8 * bf16[0]
-  np.testing.assert_allclose(bf16[-3:], fp32[-3:], rtol=3e-2)
+  # bf16 keeps 8 bits of mantissa (0.4% per value); the rounding errors average out in the loss. Over 10 steps the
+  # loss falls by ~40%; bf16 must track fp32 within 2% at every step (measured on XLA:CPU: 0.04%).
+  assert bf16[-1] < 0.7 * bf16[0]
+  np.testing.assert_allclose(bf16, fp32, rtol=2e-2)
 
 
 def test_gradient_accumulation_equals_one_batch():
