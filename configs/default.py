@@ -12,6 +12,7 @@ def get_config():
   config.seed = 0  # Seeds initialisation, masking, sampling, dropout and data order.
   config.train_steps = 1000  # Total optimiser steps; the learning rate decays to 0 at this step.
   config.batch_size = 128  # Global batch (sequences per step, over all devices and hosts).
+  config.grad_accum_steps = 1  # Micro-batches per step (each batch_size / k rows): same result, less memory.
   config.log_every = 50  # Steps between metrics lines in WORKDIR/metrics.jsonl and TensorBoard.
   config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.

@@ -122,6 +122,7 @@ class TrainConfig:
   seed: int = 0
   train_steps: int = 1000
   batch_size: int = 128
+  grad_accum_steps: int = 1
   log_every: int = 50
   checkpoint_every: int = 1000
   keep_checkpoints: int = 3
@@ -132,9 +133,15 @@ class TrainConfig:
   mesh: Any = None  # a MeshConfig (electra_jax.sharding)
 
   def __post_init__(self):
-    for name in ('train_steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints'):
+    for name in ('train_steps', 'batch_size', 'grad_accum_steps', 'log_every', 'checkpoint_every',
+                 'keep_checkpoints'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
+    if self.batch_size % self.grad_accum_steps:
+      raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
+    if self.grad_accum_steps > 1 and self.objective.name != 'electra':
+      raise ConfigError(f'grad_accum_steps > 1 is implemented for objective.name=electra only, not '
+                        f'{self.objective.name!r}; use a smaller batch_size instead')
 
 
 def load(config, vocab_size: int | None = None) -> TrainConfig:

@@ -3,9 +3,19 @@
 Parameter names follow Hugging Face's `ElectraForPreTraining` / `ElectraForMaskedLM` one-to-one (see
 `electra_jax.convert`), e.g. `discriminator/encoder/layer_3/attention/self/query/kernel` is
 `electra.encoder.layer.3.attention.self.query.weight` (transposed). Every parameter carries logical axis names
-(`vocab`, `embed`, `token_embed`, `heads`, `mlp`) that `electra_jax.sharding` maps onto the device mesh.
+(`vocab`, `embed`, `token_embed`, `heads`, `mlp`) that `electra_jax.sharding` maps onto the device mesh, and so do
+the key activations (`batch`, `length`, `embed`, `heads`, `mlp`, `vocab`) through `nn.with_logical_constraint`:
+no-ops unless the rules and a mesh are active while tracing (`electra_jax.sharding.activate`).
+
+Mixed precision: with `dtype='bfloat16'` activations and matmuls are bf16 while parameters stay float32; attention
+scores and softmax, the generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
+
+Dropout is drawn per example row (`Dropout`): what row r drops depends only on the dropout key and r, so a
+micro-batch (gradient accumulation) drops exactly what the whole batch would. `rows` arguments carry each row's
+index in the full batch; they default to 0..batch-1.
 """
 
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -16,6 +26,12 @@ from electra_jax.config import ModelConfig, TowerConfig
 
 # ELECTRA uses the exact (erf) GELU; flax's default is the tanh approximation.
 gelu = functools.partial(nn.gelu, approximate=False)
+constrain = nn.with_logical_constraint
+
+
+def _rows(rows, input_ids):
+  """Each row's index in the full batch: `rows` [batch] if given, else 0..batch-1."""
+  return jnp.arange(input_ids.shape[0], dtype=jnp.int32) if rows is None else rows
 
 
 def _init(config: ModelConfig, names):
@@ -41,6 +57,25 @@ def layer_norm(config: ModelConfig, axis_name: str, name: str = 'LayerNorm'):
                       bias_init=_zeros((axis_name,)), name=name)
 
 
+class Dropout(nn.Module):
+  """Inverted dropout whose mask for example row r is drawn from fold_in(this module's 'dropout' key, r).
+
+  x is [rows * n, ...] with its rows in order (n > 1 for the flattened [batch * length, hidden] tokens), rows
+  [rows] int32 the index of each row in the full batch. Splitting a batch into micro-batches does not change what
+  any row drops.
+  """
+  rate: float
+
+  @nn.compact
+  def __call__(self, x, rows, *, deterministic: bool):
+    if deterministic or self.rate == 0.0:
+      return x
+    key = self.make_rng('dropout')
+    row_shape = (x.shape[0] // rows.shape[0],) + x.shape[1:]
+    keep = jax.vmap(lambda r: jax.random.bernoulli(jax.random.fold_in(key, r), 1.0 - self.rate, row_shape))(rows)
+    return jnp.where(keep.reshape(x.shape), x / (1.0 - self.rate), jnp.zeros_like(x))
+
+
 class Embeddings(nn.Module):
   """Word + position + token-type embeddings, LayerNorm and dropout; shared by both towers."""
   config: ModelConfig
@@ -54,18 +89,25 @@ class Embeddings(nn.Module):
     self.token_type_embeddings = nn.Embed(c.type_vocab_size, c.embedding_size, dtype=c.dtype,
                                           embedding_init=_init(c, (None, 'token_embed')))
     self.LayerNorm = layer_norm(c, 'token_embed')  # pylint: disable=invalid-name
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = Dropout(c.dropout_rate)
 
-  def __call__(self, input_ids, segment_ids, *, deterministic: bool):
+  def __call__(self, input_ids, segment_ids, *, deterministic: bool, rows=None):
     """[batch, length] ids -> [batch, length, embedding_size]."""
     length = input_ids.shape[-1]
     x = (self.word_embeddings(input_ids) + self.position_embeddings(jnp.arange(length))[None]
          + self.token_type_embeddings(segment_ids))
-    return self.dropout(self.LayerNorm(x), deterministic=deterministic)
+    x = self.dropout(self.LayerNorm(x), _rows(rows, input_ids), deterministic=deterministic)
+    return constrain(x, ('batch', 'length', 'token_embed'))
 
   def attend(self, x):
-    """[..., embedding_size] -> [..., vocab] logits against the word-embedding table (weight tying)."""
-    return self.word_embeddings.attend(x)
+    """[batch, P, embedding_size] -> [batch, P, vocab] float32 logits against the word-embedding table (tying).
+
+    The matmul runs in the model dtype but accumulates and returns float32: bf16 logits would round away the
+    differences between likely tokens.
+    """
+    table = jnp.asarray(self.word_embeddings.embedding, self.config.dtype)
+    logits = jnp.einsum('bpe,ve->bpv', x.astype(self.config.dtype), table, preferred_element_type=jnp.float32)
+    return constrain(logits, ('batch', 'length', 'vocab'))
 
 
 class SelfAttention(nn.Module):
@@ -74,17 +116,20 @@ class SelfAttention(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, *, deterministic: bool):
+  def __call__(self, x, attention_bias, rows, *, deterministic: bool):
     """x [tokens = batch * length, hidden], attention_bias [batch, 1, 1, length] -> [tokens, hidden]."""
     c, t = self.config, self.tower
     batch, length = attention_bias.shape[0], attention_bias.shape[-1]
     head_dim = t.hidden_size // t.num_heads
-    split = lambda y: y.reshape(batch, length, t.num_heads, head_dim)
+    split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim), ('batch', 'length', 'heads', None))
     q, k, v = (split(dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
-    scores = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32) / jnp.sqrt(head_dim).astype(jnp.float32)
-    probs = jax.nn.softmax(scores + attention_bias, axis=-1)
-    probs = nn.Dropout(c.attention_dropout_rate)(probs, deterministic=deterministic).astype(v.dtype)
-    return jnp.einsum('bhqk,bkhd->bqhd', probs, v).reshape(x.shape[0], t.hidden_size)
+    # Scores, softmax and the attention bias in float32 whatever the model dtype.
+    scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
+        jnp.float32(head_dim))
+    probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), ('batch', 'heads', 'length', None))
+    probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
+    context = jnp.einsum('bhqk,bkhd->bqhd', probs, v).reshape(x.shape[0], t.hidden_size)
+    return constrain(context, ('batch', 'heads'))
 
 
 class Output(nn.Module):
@@ -94,10 +139,11 @@ class Output(nn.Module):
   in_axis: str
 
   @nn.compact
-  def __call__(self, x, residual, *, deterministic: bool):
+  def __call__(self, x, residual, rows, *, deterministic: bool):
+    """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]."""
     x = dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x)
-    x = nn.Dropout(self.config.dropout_rate)(x, deterministic=deterministic)
-    return layer_norm(self.config, 'embed')(x + residual)
+    x = Dropout(self.config.dropout_rate)(x, rows, deterministic=deterministic)
+    return constrain(layer_norm(self.config, 'embed')(x + residual), ('batch', 'embed'))
 
 
 class Attention(nn.Module):
@@ -105,9 +151,10 @@ class Attention(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, *, deterministic: bool):
-    context = SelfAttention(self.config, self.tower, name='self')(x, attention_bias, deterministic=deterministic)
-    return Output(self.config, self.tower, 'heads', name='output')(context, x, deterministic=deterministic)
+  def __call__(self, x, attention_bias, rows, *, deterministic: bool):
+    context = SelfAttention(self.config, self.tower, name='self')(x, attention_bias, rows,
+                                                                  deterministic=deterministic)
+    return Output(self.config, self.tower, 'heads', name='output')(context, x, rows, deterministic=deterministic)
 
 
 class Intermediate(nn.Module):
@@ -116,7 +163,8 @@ class Intermediate(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    return gelu(dense(self.tower.intermediate_size, self.config, ('embed', 'mlp'), 'dense')(x))
+    return constrain(gelu(dense(self.tower.intermediate_size, self.config, ('embed', 'mlp'), 'dense')(x)),
+                     ('batch', 'mlp'))
 
 
 class Layer(nn.Module):
@@ -125,11 +173,11 @@ class Layer(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, deterministic: bool):
+  def __call__(self, x, attention_bias, deterministic: bool, rows):
     c, t = self.config, self.tower
-    h = Attention(c, t, name='attention')(x, attention_bias, deterministic=deterministic)
+    h = Attention(c, t, name='attention')(x, attention_bias, rows, deterministic=deterministic)
     inner = Intermediate(c, t, name='intermediate')(h)
-    return Output(c, t, 'mlp', name='output')(inner, h, deterministic=deterministic)
+    return Output(c, t, 'mlp', name='output')(inner, h, rows, deterministic=deterministic)
 
 
 class Encoder(nn.Module):
@@ -138,18 +186,20 @@ class Encoder(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, input_mask, *, deterministic: bool):
+  def __call__(self, x, input_mask, *, deterministic: bool, rows=None):
     """x [batch, length, hidden], input_mask [batch, length] (1 = token) -> [batch, length, hidden].
 
     The layers see the tokens as one [batch * length, hidden] matrix: the same math, but XLA:CPU runs the
-    backward pass of 2-D matmuls about twice as fast as that of [batch, length, hidden] ones.
+    backward pass of 2-D matmuls about twice as fast as that of [batch, length, hidden] ones. Its first axis is
+    named 'batch': the rows of one sequence stay together, so it splits over devices as the batch does.
     """
+    rows = _rows(rows, input_mask)
     attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
     block = nn.remat(Layer, static_argnums=(3,)) if self.config.remat else Layer
-    h = x.reshape(-1, x.shape[-1])
+    h = constrain(x.reshape(-1, x.shape[-1]), ('batch', 'embed'))
     for i in range(self.tower.num_layers):
-      h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic)
-    return h.reshape(x.shape[:2] + (h.shape[-1],))
+      h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
+    return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)), ('batch', 'length', 'embed'))
 
 
 class _Tower(nn.Module):
@@ -169,11 +219,11 @@ class _Tower(nn.Module):
   def setup_head(self):
     raise NotImplementedError
 
-  def __call__(self, embedded, input_mask, *, deterministic: bool):
+  def __call__(self, embedded, input_mask, *, deterministic: bool, rows=None):
     """[batch, length, embedding_size] -> [batch, length, tower hidden]."""
     if self.project:
       embedded = self.embeddings_project(embedded)
-    return self.encoder(embedded, input_mask, deterministic=deterministic)
+    return self.encoder(embedded, input_mask, deterministic=deterministic, rows=rows)
 
 
 class GeneratorHead(nn.Module):
@@ -202,7 +252,10 @@ class DiscriminatorHead(nn.Module):
   @nn.compact
   def __call__(self, x):
     x = gelu(dense(self.config.hidden_size, self.config, ('embed', 'mlp'), 'dense')(x))
-    return dense(1, self.config, ('mlp', None), 'dense_prediction')(x)[..., 0]
+    x = constrain(x, ('batch', 'length', 'mlp'))
+    # The H -> 1 projection is cheap: float32 keeps the logit (and the loss) exact under bfloat16.
+    f32 = dataclasses.replace(self.config, dtype='float32')
+    return constrain(dense(1, f32, ('mlp', None), 'dense_prediction')(x)[..., 0], ('batch', 'length'))
 
 
 class Generator(_Tower):
@@ -214,9 +267,8 @@ class Generator(_Tower):
     self.generator_lm_head = LMHeadBias(self.config.vocab_size)
 
   def logits(self, hidden, embeddings: Embeddings):
-    """[..., H_gen] hidden states -> [..., vocab] float32 MLM logits through the tied embedding table."""
-    logits = embeddings.attend(self.generator_predictions(hidden))
-    return self.generator_lm_head(logits.astype(jnp.float32))
+    """[batch, P, H_gen] hidden states -> [batch, P, vocab] float32 MLM logits through the tied embedding table."""
+    return self.generator_lm_head(embeddings.attend(self.generator_predictions(hidden)))
 
 
 class Discriminator(_Tower):
@@ -240,7 +292,7 @@ class Discriminator(_Tower):
 
   def logits(self, hidden):
     """[batch, length, H] -> [batch, length] float32 'replaced' logits."""
-    return self.discriminator_predictions(hidden).astype(jnp.float32)
+    return self.discriminator_predictions(hidden)
 
   def mlm_logits(self, hidden, embeddings: Embeddings):
     """[..., H] -> ([..., vocab] float32 MLM logits, [...] float32 copy-gate logits or None)."""
@@ -267,37 +319,40 @@ class Electra(nn.Module):
       self.generator = Generator(self.config)
     self.discriminator = Discriminator(self.config, head=self.discriminator_head)
 
-  def generator_logits(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):
+  def generator_logits(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True,
+                       rows=None):
     """Masked inputs [batch, length] and positions [batch, P] -> MLM logits [batch, P, vocab] (float32).
 
-    The vocabulary projection runs only at the P selected positions, not at all `length` tokens.
+    The vocabulary projection runs only at the P selected positions, not at all `length` tokens. `rows` [batch]:
+    each row's index in the full batch (keys its dropout; default 0..batch-1).
     """
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
-    hidden = self.generator(embedded, input_mask, deterministic=deterministic)
+    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    hidden = self.generator(embedded, input_mask, deterministic=deterministic, rows=rows)
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     return self.generator.logits(hidden, self.embeddings)
 
-  def discriminator_logits(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True, rows=None):
     """Corrupted inputs [batch, length] -> per-token 'replaced' logits [batch, length] (float32)."""
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
-    return self.discriminator.logits(self.discriminator(embedded, input_mask, deterministic=deterministic))
+    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    return self.discriminator.logits(self.discriminator(embedded, input_mask, deterministic=deterministic,
+                                                        rows=rows))
 
   def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions=None, *,
-                               deterministic: bool = True):
+                               deterministic: bool = True, rows=None):
     """MLM of the discriminator-sized model: ([batch, P, vocab] logits, [batch, P] copy-gate logits or None).
 
     At `positions` [batch, P], or at every token ([batch, length, ...]) when `positions` is None.
     """
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
-    hidden = self.discriminator(embedded, input_mask, deterministic=deterministic)
+    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    hidden = self.discriminator(embedded, input_mask, deterministic=deterministic, rows=rows)
     if positions is not None:
       hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     return self.discriminator.mlm_logits(hidden, self.embeddings)
 
-  def encode(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
+  def encode(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True, rows=None):
     """The discriminator's last hidden states [batch, length, H]: what fine-tuning builds on."""
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
-    return self.discriminator(embedded, input_mask, deterministic=deterministic)
+    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    return self.discriminator(embedded, input_mask, deterministic=deterministic, rows=rows)
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):
     """Runs both towers (used to initialise every parameter)."""

@@ -1,14 +1,21 @@
-"""The device mesh and how parameters, optimiser state and batches are laid out on it.
+"""The device mesh and how parameters, optimiser state, batches and activations are laid out on it.
 
-Parameters carry logical axis names (see electra_jax.model); `MeshConfig.rules` maps each name to mesh axes
-('data', 'fsdp', 'tensor'). Data parallelism is the mesh (-1, 1, 1); FSDP puts devices on 'fsdp'; tensor
-parallelism on 'tensor'. Nothing else in the code knows which one is in use.
+Parameters and key activations carry logical axis names (see electra_jax.model); `MeshConfig.rules` maps each
+name to mesh axes ('data', 'fsdp', 'tensor'). Data parallelism is the mesh (-1, 1, 1); FSDP (ZeRO-3) puts devices
+on 'fsdp' (parameters and optimiser state split over it, the batch over data x fsdp); tensor (Megatron-style)
+parallelism on 'tensor' (heads, FFN and vocabulary split over it). Nothing else in the code knows which is in use.
+
+The rules are a priority list (flax `logical_to_mesh_axes`): an array dimension takes its rule's mesh axes only if
+no earlier dimension of the same array took them. Activations are [batch, ..., embed]: 'batch' takes data and fsdp
+first, so the 'embed' of an activation stays whole while the 'embed' of a parameter is split over fsdp.
 """
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax
 import numpy as np
@@ -54,15 +61,68 @@ def make_mesh(config: MeshConfig, devices=None) -> jax.sharding.Mesh:
   return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
 
 
+@contextlib.contextmanager
+def activate(mesh: jax.sharding.Mesh, rules):
+  """The mesh and the logical axis rules in effect, so that the model's `nn.with_logical_constraint` calls on
+  activations constrain them while a step is traced (outside this context they are no-ops)."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def axis_size(mesh, axes) -> int:
+  """Number of devices along mesh axes `axes` (None, a name, or a tuple of names)."""
+  if axes is None:
+    return 1
+  names = (axes,) if isinstance(axes, str) else tuple(axes)
+  return int(np.prod([mesh.shape[name] for name in names]))
+
+
 def logical_shardings(mesh, rules, logical_tree) -> Any:
-  """Maps a tree of logical PartitionSpecs (or boxed abstract values) to NamedShardings on `mesh`."""
-  specs = nn.get_partition_spec(logical_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+  """Maps a tree of boxed abstract values (logical axis names) to NamedShardings on `mesh`.
+
+  A dimension whose size is not divisible by the devices its rule gives it stays whole (replicated) along those
+  axes, with a warning: e.g. a 30522-token vocabulary with 'vocab' on a 4-way 'tensor' axis.
+  """
+  shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(logical_tree), mesh, rules)
+  shapes = nn.meta.unbox(logical_tree)
+  undivided = []
+
+  def fit(path, sharding, shape):
+    spec = tuple(sharding.spec) + (None,) * (len(shape.shape) - len(sharding.spec))
+    fitted = []
+    for dim, (size, axes) in enumerate(zip(shape.shape, spec)):
+      if size % axis_size(mesh, axes):
+        undivided.append(f'{jax.tree_util.keystr(path)} dim {dim} ({size} over {axes})')
+        axes = None
+      fitted.append(axes)
+    return NamedSharding(mesh, PartitionSpec(*fitted))
+
+  shardings = jax.tree_util.tree_map_with_path(fit, shardings, shapes)
+  if undivided:
+    logging.warning('%d array dimension(s) are not divisible by the mesh axes their rule gives them and stay '
+                    'replicated along those axes: %s. Sizes divisible by the mesh (e.g. a vocabulary padded to a '
+                    'multiple of 128) avoid it.', len(undivided), '; '.join(undivided[:5]))
+  return shardings
 
 
 def batch_sharding(mesh, rules) -> NamedSharding:
   """Sharding of a [batch, length] input: the batch split over the axes 'batch' maps to."""
   return NamedSharding(mesh, nn.logical_to_mesh_axes(BATCH, rules))
+
+
+def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1):
+  """Raises ConfigError unless every micro-batch splits evenly over the devices the batch is sharded on, and the
+  processes each feed their own rows."""
+  spec = batch_sharding(mesh, rules).spec
+  devices = axis_size(mesh, spec[0] if spec else None)
+  if batch_size % (grad_accum_steps * devices):
+    raise ConfigError(f'batch_size {batch_size} must be a multiple of grad_accum_steps ({grad_accum_steps}) x the '
+                      f'{devices} devices the batch is split over (mesh axes {spec[0] if spec else None}, mesh '
+                      f'{dict(mesh.shape)})')
+  if jax.process_count() > 1 and devices % jax.process_count():
+    raise ConfigError(f'{jax.process_count()} processes each feed their own rows, so the batch must be split over '
+                      f'a multiple of {jax.process_count()} devices; it is split over {devices} (mesh '
+                      f'{dict(mesh.shape)}): put more devices on the data or fsdp axes')
 
 
 def replicated(mesh) -> NamedSharding:
@@ -77,19 +137,19 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) ->
 def initialize_distributed():
   """Starts jax.distributed when this is one process of a multi-process job; a no-op otherwise.
 
-  Cloud TPU pods and SLURM jobs are detected by jax itself; elsewhere set JAX_COORDINATOR_ADDRESS,
-  JAX_NUM_PROCESSES and JAX_PROCESS_ID.
+  Explicit: JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES and JAX_PROCESS_ID (any cluster, localhost tests).
+  Detected by jax itself: SLURM jobs of several tasks (one process per GPU, as jax's SLURM support assumes), GKE
+  TPU pods (TPU_WORKER_HOSTNAMES), and whatever jax detects when ELECTRA_JAX_DISTRIBUTED=1 (Cloud TPU VM pod
+  slices, which set no environment variable jax could be told apart by; launch/tpu_pod.sh sets it).
   """
   env = os.environ
-  multi_process = (
-      'JAX_COORDINATOR_ADDRESS' in env
-      or int(env.get('SLURM_NTASKS', '1')) > 1
-      or ',' in env.get('TPU_WORKER_HOSTNAMES', ''))
-  if not multi_process:
-    return
   if 'JAX_COORDINATOR_ADDRESS' in env:
+    missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
+    if missing:
+      raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
     jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                                num_processes=int(env['JAX_NUM_PROCESSES']),
                                process_id=int(env['JAX_PROCESS_ID']))
-  else:
+  elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
+        or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
     jax.distributed.initialize()

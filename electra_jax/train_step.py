@@ -2,12 +2,13 @@
 
 `train_step(state, batch, rng) -> (state, metrics)` is a pure function of its arguments; `Pretraining` closes
 it over the static pieces (model, optimiser, objective config) and compiles it once with explicit in/out
-shardings over the mesh and a donated state.
+shardings over the mesh and a donated state, tracing it with the mesh and the logical axis rules active so the
+model's activation constraints apply.
 """
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import flax.struct
@@ -28,23 +29,61 @@ class TrainState:
 
 
 def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.GradientTransformation,
-               schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds):
+               schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds,
+               grad_accum_steps: int = 1):
   """One optimiser step on a batch {input_ids, segment_ids, input_mask} of [batch, length] int32 arrays.
 
   `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, so
-  a resumed run draws exactly what an uninterrupted one would.
+  a resumed run draws exactly what an uninterrupted one would. With `grad_accum_steps` k > 1 the gradient is
+  summed over k micro-batches of batch/k rows, equal (up to float rounding) to the one-batch gradient.
   """
   rng = jax.random.fold_in(rng, state.step)
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
-  loss_fn = functools.partial(objective.get(config.name).loss, apply_fn, batch=batch, rng=rng, config=config,
-                              special=special, vocab_size=model.config.vocab_size)
-  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  if grad_accum_steps == 1:
+    loss_fn = functools.partial(objective.get(config.name).loss, apply_fn, batch=batch, rng=rng, config=config,
+                                special=special, vocab_size=model.config.vocab_size)
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  else:  # ELECTRA only (checked in config.load): its loss is a ratio of sums that micro-batches can share
+    grads, metrics = accumulate_gradients(apply_fn, state.params, batch, rng, config=config, special=special,
+                                          vocab_size=model.config.vocab_size, steps=grad_accum_steps)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   one = jnp.ones((), jnp.float32)
   metrics['grad_norm'] = (optax.global_norm(grads), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
+                         vocab_size: int, steps: int):
+  """(gradient, Metrics) of the ELECTRA loss of `batch`, summed over `steps` micro-batches in a `lax.scan`.
+
+  Masks, Gumbel keys and dropout are drawn per row (see electra_jax.objective), the masking for the whole batch up
+  front: each micro-batch's loss is its share of the whole batch's (divided by the whole batch's counts of
+  selected positions and tokens), so the shares and their gradients add up to the one-batch values. Micro-batch m
+  takes rows m, m + k, m + 2k, ...: with the batch split over n devices in contiguous blocks of batch/n rows (k
+  divides them), every micro-batch stays spread evenly over all devices.
+  """
+  draws, rngs = objective.draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  denominators = (jnp.sum(draws.masked.weights), jnp.sum((batch['input_mask'] > 0).astype(jnp.float32)))
+  split = lambda x: jnp.swapaxes(x.reshape((x.shape[0] // steps, steps) + x.shape[1:]), 0, 1)
+
+  def micro_step(carry, micro):
+    micro_batch, micro_draws = micro
+
+    def share(p):
+      sample = lambda logits: objective.sample_rows(micro_draws.sample_keys, logits, micro_draws.masked.targets,
+                                                    config)
+      sums = objective.replaced_token_sums(apply_fn, p, micro_batch, micro_draws.masked, sample, rngs=rngs,
+                                           rows=micro_draws.rows)
+      return objective.loss_and_metrics(sums, config, denominators)[0], sums
+
+    (_, sums), grads = jax.value_and_grad(share, has_aux=True)(params)
+    return jax.tree.map(jnp.add, carry, (grads, sums)), None
+
+  zeros = (jax.tree.map(jnp.zeros_like, params), {name: jnp.zeros((), jnp.float32) for name in objective.SUMS})
+  (grads, sums), _ = jax.lax.scan(micro_step, zeros, jax.tree.map(split, (batch, draws)))
+  return grads, objective.loss_and_metrics(sums, config)[1]
 
 
 @dataclasses.dataclass
@@ -58,7 +97,7 @@ class Pretraining:
   schedule: optax.Schedule = dataclasses.field(init=False)
   state_shardings: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
-  step_fn: Callable[..., Any] = dataclasses.field(init=False)
+  _batch_checked: bool = dataclasses.field(init=False, default=False)
 
   def __post_init__(self):
     c = self.config
@@ -69,10 +108,18 @@ class Pretraining:
         self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
-                             config=c.objective, special=self.special)
+                             config=c.objective, special=self.special, grad_accum_steps=c.grad_accum_steps)
     replicated = sharding.replicated(self.mesh)
-    self.step_fn = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
-                           out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+    self._step = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
+                         out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+
+  def step_fn(self, state: TrainState, batch, rng):
+    """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
+    if not self._batch_checked:
+      sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
+      self._batch_checked = True
+    with sharding.activate(self.mesh, self.config.mesh.rules):
+      return self._step(state, batch, rng)
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""
@@ -101,5 +148,7 @@ class Pretraining:
 
   def lower(self):
     """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
-    return self.step_fn.lower(self.abstract_state(), self.abstract_batch(),
+    sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
+    with sharding.activate(self.mesh, self.config.mesh.rules):
+      return self._step.lower(self.abstract_state(), self.abstract_batch(),
                               jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(self.mesh)))

@@ -1,0 +1,70 @@
+"""Two processes on localhost (jax.distributed with CPU collectives), each feeding its own rows, train as one."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from electra_jax.checkpoint import Checkpointer
+import scale_setup as setup
+from test_sharding import ATOL_PARAMS, RTOL
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'multihost_worker.py')
+TIMEOUT = 300  # seconds; the run itself takes ~15 s on two idle cores
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _run_two_processes(out_dir):
+  port = _free_port()
+  procs = []
+  for process_id in range(2):
+    env = dict(os.environ, JAX_PLATFORMS='cpu', JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',
+               JAX_PROCESS_ID=str(process_id),
+               XLA_FLAGS='--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0')
+    procs.append(subprocess.Popen([sys.executable, WORKER, str(out_dir)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True))
+  outputs = []
+  try:
+    for proc in procs:
+      outputs.append(proc.communicate(timeout=TIMEOUT)[0])
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  return [proc.returncode for proc in procs], outputs
+
+
+def test_two_processes_train_like_one_device(tmp_path):
+  codes, outputs = _run_two_processes(tmp_path)
+  if 3 in codes:
+    pytest.skip(f'this jax build has no CPU collectives: {outputs[codes.index(3)][-500:]}')
+  assert codes == [0, 0], '\n'.join(out[-3000:] for out in outputs)
+  assert [json.loads((tmp_path / f'done.{i}.json').read_text())['local_devices'] for i in range(2)] == [2, 2]
+  # Only process 0 logs: one line per step, not two.
+  with open(tmp_path / 'metrics.jsonl', encoding='utf-8') as f:
+    logged = [json.loads(line) for line in f]
+  assert [m['step'] for m in logged] == list(range(1, setup.STEPS + 1))
+  reference, reference_state = setup.trained()
+  np.testing.assert_allclose([m['loss'] for m in logged],
+                             [num / den for num, den in (m['loss'] for m in reference)], rtol=RTOL)
+  np.testing.assert_allclose([m['gen_accuracy'] for m in logged],
+                             [num / den for num, den in (m['gen_accuracy'] for m in reference)], rtol=1e-6)
+  # The checkpoint both processes wrote restores here, on one device, to the one-device run's parameters.
+  checkpointer = Checkpointer(tmp_path)
+  run = setup.pretraining()
+  state, data_state = checkpointer.restore(setup.STEPS, run.abstract_state())
+  checkpointer.close()
+  assert data_state == {'process_count': 2}
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL_PARAMS), setup.host(state.params),
+               reference_state.params)
