@@ -49,7 +49,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   one = jnp.ones((), jnp.float32)
-  metrics['grad_norm'] = (optax.global_norm(grads), one)
+  metrics['grad_norm'] = (optax.tree.norm(grads), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
 
