@@ -44,6 +44,7 @@ def main(out_dir):
     state, metrics = step_fn(state, batch, setup.replicated_rng(run))
     writer.write(step, metrics_lib.summarize(metrics))
   writer.close()
+  assert int(state.step) == setup.STEPS  # a replicated value reads on every process, as the trainer does
   checkpointer = Checkpointer(out_dir)
   checkpointer.save(setup.STEPS, state, {'process_count': jax.process_count()})
   checkpointer.close()

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from electra_jax import sharding
 from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
 from test_sharding import ATOL_PARAMS, RTOL
@@ -68,3 +69,11 @@ def test_two_processes_train_like_one_device(tmp_path):
   assert data_state == {'process_count': 2}
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL_PARAMS), setup.host(state.params),
                reference_state.params)
+
+
+def test_partial_distributed_environment_is_a_clear_error(monkeypatch):
+  monkeypatch.setenv('JAX_COORDINATOR_ADDRESS', '127.0.0.1:1234')
+  monkeypatch.delenv('JAX_NUM_PROCESSES', raising=False)
+  monkeypatch.setenv('JAX_PROCESS_ID', '0')
+  with pytest.raises(sharding.ConfigError, match='JAX_NUM_PROCESSES not: set all three'):
+    sharding.initialize_distributed()
