@@ -7,8 +7,8 @@ Chosen by measurement on a 2-core CPU (BENCHMARKS.md, "tiny config"):
 - lr 1e-3: at 3e-3 the generator learns a little faster but by step 500 every discriminator hidden state is the
   same vector (cosine 1.000 between tokens, constant logit); at 1e-3 they stay distinct (cosine 0.78);
 - no dropout (a short run on a small corpus does not overfit), sequences of 64 tokens (twice the steps per
-  second of 128), vocabulary 4000, 50 warm-up steps, 1000 steps (measured: 600 steps took 2 min 17 s in all,
-  tokenizer training and compilation included, on 2 idle cores; 1000 take about 4 minutes).
+  second of 128), vocabulary 4000, 50 warm-up steps, 1000 steps (measured: 3 min 28 s in all,
+  tokenizer training and compilation included, on 2 idle cores).
 Expect the generator to learn within the first minutes and the discriminator to sit at its prior for longer;
 see the README for what the metrics show.
 """

@@ -78,3 +78,14 @@ def make_grammar_corpus(path, *, documents: int = 150, seed: int = 0) -> str:
 @pytest.fixture(scope='session')
 def grammar_corpus(tmp_path_factory):
   return make_grammar_corpus(tmp_path_factory.mktemp('grammar') / 'grammar.txt')
+
+
+def override(config, overrides: dict, sep: str = '.'):
+  """Sets `section<sep>key` entries of a ConfigDict or nested dict in place and returns it."""
+  for dotted, value in overrides.items():
+    *path, key = dotted.split(sep)
+    node = config
+    for part in path:
+      node = node[part]
+    node[key] = value
+  return config

@@ -9,6 +9,7 @@ import pytest
 from electra_jax import config as config_lib
 from electra_jax import sharding
 from configs import default
+from conftest import override  # pylint: disable=g-bad-import-order
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
 FINETUNE_CONFIGS = ('finetune',)  # read by electra_jax.finetune.config, not the pre-training config
@@ -18,14 +19,7 @@ CONFIG_NAMES = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(C
 
 def _values(**overrides):
   """The default config as a plain dict, with `section.key=value` overrides (ConfigDict would type-check)."""
-  values = default.get_config().to_dict()
-  for dotted, value in overrides.items():
-    *path, key = dotted.split('__')
-    node = values
-    for part in path:
-      node = node[part]
-    node[key] = value
-  return values
+  return override(default.get_config().to_dict(), overrides, sep='__')
 
 
 @pytest.mark.parametrize('dotted, name', [

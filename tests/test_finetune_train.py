@@ -17,6 +17,7 @@ from electra_jax import data, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.finetune import predict, tasks, train
 from electra_jax.train_step import Pretraining
+from conftest import override  # pylint: disable=g-bad-import-order
 
 KEYWORD = 'happy'
 ANIMALS = ('cat', 'dog', 'bird')
@@ -72,13 +73,7 @@ def tiny_config(cache_dir, corpus_file, task, **overrides):
   config.update(batch_size=16, eval_batch_size=32, log_every=1000, max_seq_length=32, epochs=6.0)
   config.optimizer.learning_rate = 2e-3
   config.mesh.shape = (1, 1, 1)
-  for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split('.')
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
-  return config
+  return override(config, overrides)
 
 
 def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_dir):

@@ -14,6 +14,7 @@ import pytest
 from configs import default
 from electra_jax import checkpoint, config as config_lib, data, trainer
 from electra_jax.checkpoint import Checkpointer
+from conftest import override  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,13 +30,7 @@ def tiny_config(source, cache_dir, **overrides):
                       generator_hidden_fraction=0.5, max_position_embeddings=64)
   config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
   config.mesh.shape = (1, 1, 1)  # one device: equivalence across meshes is tests/test_sharding.py's subject
-  for key, value in overrides.items():
-    node = config
-    *path, last = key.split('.')
-    for part in path:
-      node = node[part]
-    node[last] = value
-  return config
+  return override(config, overrides)
 
 
 def read_metrics(workdir):
