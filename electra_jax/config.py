@@ -105,15 +105,21 @@ class ObjectiveConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-  learning_rate: float = 5e-4
-  warmup_steps: int = 10000
+class AdamConfig:
+  """AdamW with global-norm clipping, shared by pre-training and fine-tuning (see optimizer.adamw)."""
   weight_decay: float = 0.01
   b1: float = 0.9
   b2: float = 0.999
   eps: float = 1e-6
   clip_norm: float = 1.0
   bias_correction: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(AdamConfig):
+  """Pre-training: AdamW with warm-up overlapping a linear decay to 0 at train_steps."""
+  learning_rate: float = 5e-4
+  warmup_steps: int = 10000
 
 
 @dataclasses.dataclass(frozen=True)

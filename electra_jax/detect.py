@@ -11,7 +11,6 @@ Face and Google ship). The text is encoded as [CLS] text [SEP], one segment.
 import argparse
 import functools
 import json
-import os
 import sys
 
 import jax

@@ -4,7 +4,6 @@ import json
 import os
 
 import jax
-import numpy as np
 
 
 def summarize(accumulated) -> dict[str, float]:

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from electra_jax.config import OptimizerConfig
+from electra_jax.config import AdamConfig, OptimizerConfig
 
 
 def learning_rate_schedule(config: OptimizerConfig, train_steps: int) -> optax.Schedule:
@@ -53,17 +53,21 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
-def make_optimizer(config: OptimizerConfig, train_steps: int):
-  """Returns (optax transformation, learning-rate schedule)."""
-  schedule = learning_rate_schedule(config, train_steps)
+def adamw(config: AdamConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Clip by global norm, Adam (bias-corrected or not), decoupled weight decay off LayerNorm/biases, -lr."""
   if config.bias_correction:
     adam = optax.scale_by_adam(config.b1, config.b2, config.eps)
   else:
     adam = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
-  tx = optax.chain(
+  return optax.chain(
       optax.clip_by_global_norm(config.clip_norm),
       adam,
       optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
       optax.scale_by_learning_rate(schedule),
   )
-  return tx, schedule
+
+
+def make_optimizer(config: OptimizerConfig, train_steps: int):
+  """Returns (optax transformation, learning-rate schedule)."""
+  schedule = learning_rate_schedule(config, train_steps)
+  return adamw(config, schedule), schedule

@@ -20,17 +20,11 @@ class SquadConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(config_lib.AdamConfig):
   """AdamW with layer-wise learning-rate decay; 0 for learning_rate/layerwise_lr_decay means the paper value."""
   learning_rate: float = 0.0
   layerwise_lr_decay: float = 0.0
   warmup_fraction: float = 0.1
-  weight_decay: float = 0.01
-  b1: float = 0.9
-  b2: float = 0.999
-  eps: float = 1e-6
-  clip_norm: float = 1.0
-  bias_correction: bool = False
 
   def __post_init__(self):
     if not 0 <= self.warmup_fraction < 1:

@@ -61,15 +61,5 @@ def learning_rate_schedule(learning_rate: float, total_steps: int, warmup_fracti
 def make_optimizer(config: OptimizerConfig, num_layers: int, total_steps: int):
   """(optax transformation, schedule). `config` must be resolved (`OptimizerConfig.for_model`)."""
   schedule = learning_rate_schedule(config.learning_rate, total_steps, config.warmup_fraction)
-  if config.bias_correction:
-    adam = optax.scale_by_adam(config.b1, config.b2, config.eps)
-  else:
-    adam = pretrain_optimizer.scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
-  tx = optax.chain(
-      optax.clip_by_global_norm(config.clip_norm),
-      adam,
-      optax.add_decayed_weights(config.weight_decay, mask=pretrain_optimizer.decay_mask),
-      optax.scale_by_learning_rate(schedule),
-      layerwise_decay(num_layers, config.layerwise_lr_decay),
-  )
+  tx = optax.chain(pretrain_optimizer.adamw(config, schedule), layerwise_decay(num_layers, config.layerwise_lr_decay))
   return tx, schedule

@@ -22,15 +22,14 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from electra_jax import config as config_lib
 from electra_jax import checkpoint, data, sharding
-from electra_jax.checkpoint import Checkpointer, CheckpointError
+from electra_jax.checkpoint import CheckpointError
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
-from electra_jax.train_step import Pretraining, TrainState
+from electra_jax.train_step import TrainState
 from electra_jax.trainer import TrainingError
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
