@@ -25,7 +25,7 @@ from electra_jax.config import ConfigError, ObjectiveConfig
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
 # The float32 sums over a batch that the loss and every metric are ratios of (see `replaced_token_sums`).
 SUMS = ('gen_xent', 'selected', 'gen_correct', 'sampled_original', 'disc_xent', 'tokens', 'disc_correct',
-        'predicted', 'true_positives', 'replaced')
+        'predicted', 'true_positives', 'replaced', 'replaced_prob', 'original_prob')
 
 
 @jax.tree_util.register_dataclass
@@ -146,6 +146,7 @@ def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: mas
   else:
     token_weights = (input_mask > 0).astype(jnp.float32)
   predicted = (disc_logits > 0).astype(jnp.float32) * token_weights
+  prob = jax.nn.sigmoid(disc_logits) * token_weights
   return {
       'gen_xent': jnp.sum(gen_losses * masked.weights),
       'selected': jnp.sum(masked.weights),
@@ -157,6 +158,8 @@ def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: mas
       'predicted': jnp.sum(predicted),
       'true_positives': jnp.sum(predicted * labels),
       'replaced': jnp.sum(labels),
+      'replaced_prob': jnp.sum(prob * labels),
+      'original_prob': jnp.sum(prob * (1.0 - labels)),
   }
 
 
@@ -180,6 +183,10 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
       'disc_precision': (sums['true_positives'], sums['predicted']),
       'disc_recall': (sums['true_positives'], sums['replaced']),
       'replaced_fraction': (sums['replaced'], sums['tokens']),
+      # Mean P(replaced) the discriminator gives replaced and original tokens: detection shows as a gap between
+      # the two long before any token crosses 0.5 (recall); a collapsed discriminator gives both the base rate.
+      'disc_prob_replaced': (sums['replaced_prob'], sums['replaced']),
+      'disc_prob_original': (sums['original_prob'], sums['tokens'] - sums['replaced']),
       'sampled_original': (sums['sampled_original'], sums['selected']),
   }
   return loss, metrics

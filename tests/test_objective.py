@@ -86,6 +86,10 @@ def test_losses_by_hand_random_selection(seed):
   assert m['gen_accuracy'] == (0.0, 3.0)
 
 
+def _ratio(metric):
+  return float(metric[0]) / float(metric[1])
+
+
 @pytest.mark.parametrize('mask_token_prob', [0.85, 0.0])
 def test_losses_and_metrics_by_hand(mask_token_prob):
   # L = 8, mask_prob 0.6 -> P = int(0.605 * 8) = 4; row 0: N = 5 -> n = round(3.0) = 3, row 1: N = 4 ->
@@ -116,6 +120,11 @@ def test_losses_and_metrics_by_hand(mask_token_prob):
   assert m['disc_accuracy'] == (5.0, 9.0)
   assert m['replaced_fraction'] == (3.0, 9.0)
   assert m['sampled_original'] == (2.0, 5.0)
+  # Mean P(replaced): replaced tokens have logits 1, -1, 1 -> (2 sig(1) + sig(-1)) / 3 = (1 + sig(1)) / 3;
+  # the six original ones have three +1 and three -1 -> 3 (sig(1) + sig(-1)) / 6 = 1/2.
+  sig1 = 1 / (1 + math.exp(-1))
+  np.testing.assert_allclose(_ratio(m['disc_prob_replaced']), (1 + sig1) / 3, rtol=1e-6)
+  np.testing.assert_allclose(_ratio(m['disc_prob_original']), 0.5, rtol=1e-6)
 
 
 def test_loss_weights():

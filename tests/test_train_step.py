@@ -91,7 +91,7 @@ def test_one_step_returns_every_metric(run, batch, initial):
   before = initial.params
   state, metrics = run.step_fn(state, batch, _rng())
   expected = {'loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'disc_accuracy', 'disc_precision', 'disc_recall',
-              'replaced_fraction', 'grad_norm', 'learning_rate'}
+              'replaced_fraction', 'grad_norm', 'learning_rate', 'disc_prob_replaced', 'disc_prob_original'}
   assert expected <= set(metrics)
   for name in expected - {'disc_precision'}:  # precision is 0/0 when nothing is predicted replaced
     assert np.isfinite(_value(metrics, name)), name
