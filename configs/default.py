@@ -16,6 +16,7 @@ def get_config():
   config.log_every = 50  # Steps between metrics lines in WORKDIR/metrics.jsonl and TensorBoard.
   config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.
+  config.save_steps = ()  # Extra steps to checkpoint, kept on disk whatever keep_checkpoints says.
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: take it from the tokenizer.

@@ -24,13 +24,21 @@ class CheckpointError(RuntimeError):
 
 
 class Checkpointer:
-  """A thin wrapper over an orbax CheckpointManager with the two items of a pre-training run."""
+  """A thin wrapper over an orbax CheckpointManager with the two items of a pre-training run.
 
-  def __init__(self, workdir: str, keep: int = 3):
+  The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age.
+  """
+
+  def __init__(self, workdir: str, keep: int = 3, preserve: tuple[int, ...] = ()):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    policy = ocp.checkpoint_managers.AnyPreservationPolicy([
+        ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
     self.manager = ocp.CheckpointManager(
         self.directory, item_names=('state', 'data'),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+        options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True))
+
+  def all_steps(self) -> list[int]:
+    return list(self.manager.all_steps())
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()

@@ -132,6 +132,7 @@ class TrainConfig:
   log_every: int = 50
   checkpoint_every: int = 1000
   keep_checkpoints: int = 3
+  save_steps: tuple[int, ...] = ()
   model: ModelConfig = ModelConfig()
   objective: ObjectiveConfig = ObjectiveConfig()
   optimizer: OptimizerConfig = OptimizerConfig()
@@ -143,6 +144,9 @@ class TrainConfig:
                  'keep_checkpoints'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in self.save_steps):
+      raise ConfigError(f'config key save_steps must hold positive step numbers, got {self.save_steps}')
+    object.__setattr__(self, 'save_steps', tuple(self.save_steps))  # a list when read back from config.json
     if self.batch_size % self.grad_accum_steps:
       raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
     if self.grad_accum_steps > 1 and self.objective.name != 'electra':

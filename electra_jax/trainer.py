@@ -91,7 +91,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   run = Pretraining(c, tokenizer.special, mesh)
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
-  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints)
+  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
   latest = checkpointer.latest_step()
   if latest is None:
     state = run.init_state(jax.random.PRNGKey(c.seed))
@@ -142,7 +142,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
                                 if k in last}, refresh=False)
           total, log_start, log_step = None, time.time(), step
-        if step % c.checkpoint_every == 0 or step == end or stop.received:
+        if step % c.checkpoint_every == 0 or step in c.save_steps or step == end or stop.received:
           _check_finite(previous, step)
           checkpointer.save(step, state, batches.get_state())
         if stop.received:

@@ -169,3 +169,16 @@ def test_cli_unknown_config_key_is_one_line(tmp_path):
   assert result.returncode == 2
   assert 'unknown config key' in result.stderr and 'hiden_size' in result.stderr
   assert 'Traceback' not in result.stderr
+
+
+def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir):
+  """Steps in save_steps get a checkpoint that keep_checkpoints=1 does not delete; load_params reads any step."""
+  config = tiny_config(corpus_file, cache_dir, train_steps=5, checkpoint_every=100, keep_checkpoints=1,
+                       save_steps=(2, 3))
+  trainer.train(config, tmp_path)
+  assert sorted(os.listdir(tmp_path / 'checkpoints'), key=int) == ['2', '3', '5']
+  params = {step: jax.device_get(checkpoint.load_params(str(tmp_path), step=step)[1]) for step in (2, 3, 5)}
+  kernel = lambda p: p['discriminator']['encoder']['layer_0']['output']['dense']['kernel']
+  assert not np.array_equal(kernel(params[2]), kernel(params[3]))
+  np.testing.assert_array_equal(kernel(params[5]), kernel(final_params(tmp_path)[0]))
+  assert checkpoint.load_config(str(tmp_path)).save_steps == (2, 3)
