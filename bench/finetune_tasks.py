@@ -5,13 +5,12 @@ several seeds; prints (and writes) a Markdown table of dev medians.
       --tasks=polarity,hedge,pos --seeds=3 --workdir=/tmp/finetune_bench [--max_train=2000 --epochs=2]
 
 Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, header optional) or .conll(.gz) files.
-`--max_train` keeps N random training examples (a copy of the task under WORKDIR/data) for quick CPU runs.
+`--max_train` keeps N random training examples (config key max_train_examples) for quick CPU runs.
+For pre-training objectives compared at equal compute, see `python -m electra_jax.experiments.compare`.
 """
 
-import gzip
 import json
 import os
-import random
 import sys
 import time
 
@@ -34,35 +33,11 @@ _BATCH = flags.DEFINE_integer('batch_size', 32, 'Training batch.')
 _MAX_LEN = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per example.')
 
 
-def _open(path, mode):
-  return gzip.open(path, mode, encoding='utf-8') if path.endswith('.gz') else open(path, mode, encoding='utf-8')
-
-
-def subsample(task_dir: str, out_dir: str, n: int) -> str:
-  """A copy of `task_dir` whose train file keeps n random examples (TSV rows or CoNLL sentences), in file order
-  (files may be sorted by label)."""
-  os.makedirs(out_dir, exist_ok=True)
-  for name in sorted(os.listdir(task_dir)):
-    with _open(os.path.join(task_dir, name), 'rt') as f:
-      lines = f.read().splitlines()
-    if name.startswith('train'):
-      header = []
-      if '.conll' in name:
-        examples = '\n'.join(lines).strip('\n').split('\n\n')
-      else:
-        header = lines[:1] if lines and lines[0].split('\t')[0].strip().lower() == 'label' else []
-        examples = lines[len(header):]
-      keep = sorted(random.Random(0).sample(range(len(examples)), min(n, len(examples))))
-      lines = header + [examples[i] + ('\n' if '.conll' in name else '') for i in keep]
-    with open(os.path.join(out_dir, name.removesuffix('.gz')), 'w', encoding='utf-8') as f:
-      f.write('\n'.join(lines) + '\n')
-  return out_dir
-
-
 def make_config(task_dir: str, pretrained: str, from_scratch: bool):
   config = finetune_config.get_config()
   config.task = task_dir
   config.seeds = _SEEDS.value
+  config.max_train_examples = _MAX_TRAIN.value
   config.epochs = _EPOCHS.value
   config.batch_size = _BATCH.value
   config.max_seq_length = _MAX_LEN.value
@@ -88,8 +63,6 @@ def main(argv):
   rows = []
   for name in _TASKS.value:
     task_dir = os.path.join(_TASKS_DIR.value, name)
-    if _MAX_TRAIN.value:
-      task_dir = subsample(task_dir, os.path.join(_WORKDIR.value, 'data', name), _MAX_TRAIN.value)
     row = {'task': name}
     for label, scratch in (('pre-trained', False), ('from scratch', True)):
       start = time.time()

@@ -18,9 +18,11 @@ def get_config():
   config.task = ''  # A GLUE name (cola sst2 mrpc stsb qqp mnli qnli rte wnli), squad_v1, squad_v2, or a directory.
   config.task_kind = ''  # For a TSV directory: '' guesses from the labels, or 'classification' / 'regression'.
   config.init_checkpoint = ''  # A pre-training WORKDIR (config.json, tokenizer.model, checkpoints/); '': from scratch.
+  config.init_step = 0  # Checkpoint step of init_checkpoint to start from; 0: its latest.
   config.seed = 0  # First seed; seeds seed .. seed + seeds - 1 (head init, dropout, data order).
   config.seeds = 1  # Runs to report the median of (the paper reports the median of 10).
   config.epochs = 0.0  # Training epochs; 0: the task's.
+  config.max_train_examples = 0  # Train on this many random training examples (the same for every seed); 0: all.
   config.batch_size = 32  # Training batch.
   config.eval_batch_size = 64  # Evaluation batch (lower it for SQuAD on small memory).
   config.max_seq_length = 0  # Tokens per example; 0: the task's.

@@ -108,7 +108,7 @@ def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corp
   assert len(first.rstrip('\n').split('\t')) == 2
 
 
-def _pretraining_workdir(path, corpus_file, cache_dir):
+def _pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
   """A pre-training WORKDIR as trainer.train writes it, holding random parameters (nothing is compiled)."""
   base = finetune_config.default.get_config()
   base.model.update(TINY_MODEL)
@@ -125,6 +125,8 @@ def _pretraining_workdir(path, corpus_file, cache_dir):
   shutil.copyfile(tokenizer.model_file, os.path.join(path, 'tokenizer.model'))
   checkpointer = Checkpointer(str(path))
   checkpointer.save(3, state, {'epoch': 0, 'batch': 3})
+  if later_step:  # a later checkpoint holding other parameters
+    checkpointer.save(later_step, jax.tree.map(lambda a: a + 1, state), {'epoch': 0, 'batch': later_step})
   checkpointer.close()
   return state.params
 
@@ -150,6 +152,29 @@ def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file,
   pointer = lambda x: x.addressable_shards[0].data.unsafe_buffer_pointer()
   assert pointer(state.params['embeddings']['word_embeddings']['embedding']) != pointer(
       pretrained['embeddings']['word_embeddings']['embedding'])
+
+
+def test_init_step_picks_the_checkpoint(tmp_path, corpus_file, cache_dir):
+  saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir, later_step=5)
+  word = lambda params: np.asarray(params['embeddings']['word_embeddings']['embedding'])
+  load = lambda step: train._load_pretrained(str(tmp_path / 'pre'), step)[1]  # pylint: disable=protected-access
+  np.testing.assert_array_equal(word(load(3)), word(saved))
+  np.testing.assert_array_equal(word(load(0)), word(saved) + 1)  # 0: the latest, step 5
+  np.testing.assert_array_equal(word(load(5)), word(saved) + 1)
+
+
+def test_max_train_examples_keeps_one_subset_in_file_order(tmp_path, corpus_file, cache_dir):
+  directory = make_tsv_task(tmp_path / 'keyword')
+  task = tasks.get_task(directory)
+  everything = tasks.read(task, 'train')
+  c = train.load_config(tiny_config(cache_dir, corpus_file, directory, max_train_examples=50,
+                                    write_predictions=False))
+  tokenizer = data.load_tokenizer(c.data)
+  kept, feats, _ = train._load_splits(task, tokenizer, c)  # pylint: disable=protected-access
+  assert len(kept) == len(feats) == 50 and len(everything) == 240
+  positions = [everything.index(e) for e in kept]
+  assert positions == sorted(positions)
+  assert kept == train._load_splits(task, tokenizer, c)[0]  # pylint: disable=protected-access
 
 
 def _squad_records(split, count, seed):

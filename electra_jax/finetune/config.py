@@ -46,9 +46,11 @@ class FinetuneConfig:
   task: str = ''
   task_kind: str = ''
   init_checkpoint: str = ''
+  init_step: int = 0
   seed: int = 0
   seeds: int = 1
   epochs: float = 0.0
+  max_train_examples: int = 0
   batch_size: int = 32
   eval_batch_size: int = 64
   max_seq_length: int = 0
@@ -71,6 +73,11 @@ class FinetuneConfig:
         raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
     if self.epochs < 0 or self.max_seq_length < 0:
       raise ConfigError('config keys epochs and max_seq_length must be >= 0 (0: the task default)')
+    if self.init_step < 0 or self.max_train_examples < 0:
+      raise ConfigError('config keys init_step and max_train_examples must be >= 0 (0: the latest step, all '
+                        'examples)')
+    if self.init_step and not self.init_checkpoint:
+      raise ConfigError('config key init_step needs init_checkpoint (a pre-training WORKDIR)')
 
 
 def load(config) -> FinetuneConfig:

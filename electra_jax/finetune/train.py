@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import os
+import random
 import shutil
 import sys
 import time
@@ -127,9 +128,10 @@ def _take_pretrained(target, source, where: str):
   return flax.traverse_util.unflatten_dict(out)
 
 
-def _load_pretrained(workdir: str) -> tuple[ModelConfig, dict, data.Tokenizer]:
-  """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR."""
-  config, params = checkpoint.load_params(os.path.abspath(os.path.expanduser(workdir)))
+def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, data.Tokenizer]:
+  """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR, from
+  its checkpoint `step` (0: the latest)."""
+  config, params = checkpoint.load_params(os.path.abspath(os.path.expanduser(workdir)), step=step or None)
   return config.model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
 
 
@@ -206,6 +208,10 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
 def _load_splits(task: tasks.Task, tokenizer, c: FinetuneConfig):
   """(training examples, training Features, [(split, examples, Features)] of the dev and test splits)."""
   train_examples = tasks.read(task, task.train_split, data_dir=c.tfds_data_dir)
+  if 0 < c.max_train_examples < len(train_examples):
+    # One subset for every seed and initialisation (seeded by 0, not by the run's seed), in file order.
+    keep = sorted(random.Random(0).sample(range(len(train_examples)), c.max_train_examples))
+    train_examples = [train_examples[i] for i in keep]
   train_feats = predict.encode(task, train_examples, tokenizer, c.max_seq_length, c.squad, training=True)
   if not len(train_feats):
     raise data.DataError(f'task {task.name} has no usable training examples')
@@ -226,7 +232,7 @@ def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   pretrained = None
   if c.init_checkpoint:
-    model_config, pretrained, tokenizer = _load_pretrained(c.init_checkpoint)
+    model_config, pretrained, tokenizer = _load_pretrained(c.init_checkpoint, c.init_step)
   else:
     model_config, tokenizer = _scratch_model(c)
   max_seq_length = c.max_seq_length or task.max_seq_length
@@ -247,7 +253,7 @@ def run(config, workdir: str) -> dict:
   _write_run_files(workdir, config, c, model_config, task, tokenizer)
   print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
         f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
-        f'{"from " + c.init_checkpoint if pretrained else "from scratch"}', file=sys.stderr)
+        f'{_origin(c) if pretrained else "from scratch"}', file=sys.stderr)
 
   per_seed = []
   for seed in range(c.seed, c.seed + c.seeds):
@@ -268,6 +274,10 @@ def run(config, workdir: str) -> dict:
           file=sys.stderr, flush=True)
     per_seed.append(row)
   return write_results(workdir, task, c, per_seed)
+
+
+def _origin(c: FinetuneConfig) -> str:
+  return f'from {c.init_checkpoint}' + (f' step {c.init_step}' if c.init_step else '')
 
 
 def _write_run_files(workdir, config, c: FinetuneConfig, model_config: ModelConfig, task: tasks.Task, tokenizer):
@@ -293,7 +303,7 @@ def write_results(workdir: str, task: tasks.Task, c: FinetuneConfig, per_seed: l
   median = {k: float(np.median([row[k] for row in per_seed])) for k in names}
   main = names[0]
   best = max(per_seed, key=lambda row: row[main])['seed']
-  results = {'task': task.name, 'init_checkpoint': c.init_checkpoint, 'epochs': c.epochs,
+  results = {'task': task.name, 'init_checkpoint': c.init_checkpoint, 'init_step': c.init_step, 'epochs': c.epochs,
              'learning_rate': c.optimizer.learning_rate, 'layerwise_lr_decay': c.optimizer.layerwise_lr_decay,
              'main_metric': main, 'seeds': per_seed, 'median': median, 'best_seed': best}
   table = results_table(task.name, names, per_seed, median)
