@@ -10,7 +10,7 @@ Two conventions:
 The MLM heads run only where they are evaluated: at the P selected positions (All-Tokens MLM: every position).
 """
 
-from electra_jax.config import ModelConfig, TowerConfig
+from electra_jax.config import ModelConfig, TowerConfig, TrainConfig
 
 CONVENTIONS = ('matmul', 'paper')
 # Element-wise FLOPs per element in the 'paper' convention (official flops_computation.py).
@@ -90,6 +90,13 @@ def pretraining_flops_per_step(model: ModelConfig, batch_size: int, seq_length: 
   multiplier = 2 if _check(convention) else 3
   return multiplier * batch_size * pretraining_forward_flops_per_sequence(model, seq_length, num_predictions,
                                                                           objective, convention)
+
+
+def train_flops_per_step(c: TrainConfig) -> float:
+  """FLOPs of one step of pre-training run `c` ('matmul'): what the trainer adds to `train_flops` each step."""
+  length = c.data.max_seq_length
+  return pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
+                                    objective=c.objective.name)
 
 
 def inference_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:

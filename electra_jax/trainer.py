@@ -106,9 +106,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     checkpointer.close()
     return {}
 
-  step_flops = flops.pretraining_flops_per_step(
-      c.model, c.batch_size, c.data.max_seq_length, c.objective.num_predictions(c.data.max_seq_length),
-      objective=c.objective.name)
+  step_flops = flops.train_flops_per_step(c)
   if jax.process_index() == 0:
     print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
