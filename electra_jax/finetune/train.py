@@ -66,6 +66,7 @@ class Finetuning:
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   step_fn: Callable[..., Any] = dataclasses.field(init=False)
   eval_fn: Callable[..., Any] = dataclasses.field(init=False)
+  init_fn: Callable[..., Any] = dataclasses.field(init=False)
 
   def __post_init__(self):
     c = self.config
@@ -83,6 +84,8 @@ class Finetuning:
                            out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
     self.eval_fn = jax.jit(functools.partial(predict.eval_step, model=self.model),
                            in_shardings=(self.state_shardings.params, self.batch_sharding), out_shardings=replicated)
+    # Compiled once, for every seed.
+    self.init_fn = jax.jit(lambda rng: nn.meta.unbox(self._init_boxed(rng)), out_shardings=self.state_shardings)
 
   def _init_boxed(self, rng):
     ids = jnp.zeros((1, 16), jnp.int32)
@@ -92,8 +95,7 @@ class Finetuning:
 
   def init_state(self, rng, pretrained=None) -> TrainState:
     """A fresh sharded state; `pretrained` {'embeddings', 'discriminator'} params replace the initial ones."""
-    init = jax.jit(lambda r: nn.meta.unbox(self._init_boxed(r)), out_shardings=self.state_shardings)
-    state = init(jax.random.key_data(rng))
+    state = self.init_fn(jax.random.key_data(rng))
     if pretrained is None:
       return state
     params = dict(state.params)
