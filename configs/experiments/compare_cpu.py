@@ -1,0 +1,49 @@
+"""Pre-training objectives compared at equal compute, sized for a 2-core CPU (`configs/tiny.py` model).
+
+  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=/tmp/cmp
+
+Paths are relative to the directory the command runs in (the repository root: ../shared/data/...). Every key can
+be overridden on the command line: `--config.flops_budgets=1e13,3e13 --config.seeds=5 --config.tasks="'DIR1','DIR2'"`.
+At the defaults (per-step FLOPs of configs/tiny.py with 4000 pieces: electra 1.24e10, mlm 1.14e10) the
+largest budget is ~3600 electra steps and ~4000 mlm steps; fine-tuning is 7 initialisations x 3 tasks x 3 seeds.
+See docs/experiments.md.
+"""
+
+import ml_collections
+
+from configs import finetune, tiny
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.objectives = ('electra', 'mlm')  # Runs: names of electra_jax.objective.OBJECTIVES, or variants (overrides).
+  config.flops_budgets = (5e12, 1.5e13, 4.5e13)  # Pre-training FLOPs (as the trainer counts train_flops) compared.
+  config.tasks = ('../shared/data/tasks/polarity', '../shared/data/tasks/hedge',
+                  '../shared/data/tasks/pos')  # Fine-tuning tasks: anything --config.task takes (GLUE name, dir).
+  config.seeds = 3  # Fine-tuning seeds per (checkpoint, task); the table reports their median [min-max].
+
+  # The pre-training run every objective starts from. train_steps and save_steps are set per objective from
+  # flops_budgets, objective.name from `objectives`: deleted here so that overriding them is an error.
+  config.pretrain = tiny.get_config()
+  config.pretrain.data.source = '../shared/data/corpus/*.txt.gz'
+  del config.pretrain.train_steps, config.pretrain.save_steps
+  del config.pretrain.objective['name']
+
+  # Per-run changes to `pretrain` (keys as in configs/default.py). A run name that is not an objective names a
+  # variant and must set objective.name, e.g. overrides.electra_t2 = {'objective': {'name': 'electra',
+  # 'temperature': 2.0}}. Add new entries here: the command line can only change existing ones.
+  config.overrides = ml_collections.ConfigDict()
+  # BERT's masking for the MLM baseline (paper section 3.2): 80% [MASK], 10% random token, 10% unchanged.
+  config.overrides.mlm = {'objective': {'mask_token_prob': 0.8, 'random_token_prob': 0.1}}
+
+  # Fine-tuning settings shared by every checkpoint and the from-scratch baseline (keys as in configs/finetune.py).
+  # The runner sets task, seeds, init_checkpoint and init_step, and takes the from-scratch model and tokenizer
+  # from `pretrain`: those keys are deleted here.
+  config.finetune = finetune.get_config()
+  for key in ('task', 'seeds', 'init_checkpoint', 'init_step', 'model', 'data', 'predict_input', 'predict_output'):
+    del config.finetune[key]
+  config.finetune.update(epochs=3.0, max_seq_length=64, max_train_examples=1000, save_model=False,
+                         write_predictions=False, log_every=1000)
+  # 1e-3 as bench/finetune_tasks.py used for small CPU models (0 would give the paper's 3e-4 for this width).
+  config.finetune.optimizer.learning_rate = 1e-3
+  return config

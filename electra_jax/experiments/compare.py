@@ -1,0 +1,313 @@
+"""Pre-training objectives compared at equal compute, on downstream tasks, against training from scratch.
+
+  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=/tmp/cmp \
+      [--config.flops_budgets=1e13,3e13 --config.tasks="'DIR1','DIR2'" --config.seeds=5]
+
+For each run in `objectives`: its FLOPs per step (`flops.train_flops_per_step`, what the trainer logs as
+`train_flops`) give each budget a step count, round(budget / FLOPs per step). ONE pre-training run goes to the
+largest budget's step and keeps a checkpoint at every budget's step (`save_steps`), so the smaller budgets are
+intermediate checkpoints of that run: their learning-rate schedule is the largest budget's (not yet decayed to 0).
+Every checkpoint, and the same model from random initialisation, is fine-tuned on every task with `seeds` seeds.
+
+Outputs under WORKDIR:
+  pretrain/<run>/                     a pre-training workdir (config.json, metrics.jsonl, checkpoints/<step>/)
+  finetune/<run>/<budget>/<task>/     a fine-tuning workdir of that checkpoint (results.json, results.md)
+  scratch/<task>/                     the from-scratch baseline
+  results.json, results.md            every seed's dev score and the median, per run, budget and task
+  compare.png                         score against pre-training FLOPs (log x), one panel per task
+Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
+experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import sys
+
+import ml_collections
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from electra_jax import cli, data, finetune, flops, trainer
+from electra_jax import config as config_lib
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.config import ConfigError
+from electra_jax.finetune import tasks as tasks_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """One run of `objectives`: its pre-training config (to the largest budget) and its step for every budget."""
+  name: str
+  config: ml_collections.ConfigDict
+  flops_per_step: float
+  steps: tuple[int, ...]  # one per budget, in the order of flops_budgets
+
+
+def steps_for_budget(budget: float, flops_per_step: float, name: str = '') -> int:
+  """The step count whose training FLOPs are nearest `budget`: round(budget / flops_per_step), at least 1."""
+  steps = round(budget / flops_per_step)
+  if steps < 1:
+    raise ConfigError(f'a budget of {budget:.3g} FLOPs is less than half a step of {name or "the run"} '
+                      f'({flops_per_step:.3g} FLOPs per step); raise flops_budgets')
+  return steps
+
+
+def budget_name(budget: float) -> str:
+  """A directory name for a budget: 1.5e13 -> '1.5e13'."""
+  return f'{budget:.3g}'.replace('+', '')
+
+
+def _override(config: ml_collections.ConfigDict, overrides, where: str):
+  """Sets `overrides` (nested) into `config`, refusing keys `config` does not have."""
+  for key, value in overrides.items():
+    if key not in config:
+      raise ConfigError(f'{where}.{key}: the pre-training config has no key {key!r} (see configs/default.py)')
+    if isinstance(value, (dict, ml_collections.ConfigDict)):
+      if not isinstance(config[key], ml_collections.ConfigDict):
+        raise ConfigError(f'{where}.{key} is a section, but {key!r} is a single value in the pre-training config')
+      _override(config[key], value, f'{where}.{key}')
+    else:
+      try:
+        config[key] = value
+      except TypeError as e:
+        raise ConfigError(f'{where}.{key}: {e}') from None
+
+
+def _names(values) -> tuple[str, ...]:
+  """A tuple of names; an element 'a,b' (how `--config.tasks=a,b` arrives) counts as two."""
+  return tuple(name.strip() for value in values for name in str(value).split(',') if name.strip())
+
+
+def _check(config):
+  config.objectives, config.tasks = _names(config.objectives), _names(config.tasks)
+  budgets, objectives = tuple(config.flops_budgets), config.objectives
+  if not budgets or any(b <= 0 for b in budgets):
+    raise ConfigError(f'flops_budgets must be positive FLOPs counts, got {budgets}')
+  if len({budget_name(b) for b in budgets}) < len(budgets):
+    raise ConfigError(f'flops_budgets must differ in their first 3 digits, got {budgets}')
+  if not objectives or len(set(objectives)) < len(objectives):
+    raise ConfigError(f'objectives must be distinct run names, got {objectives}')
+  if not config.tasks or config.seeds < 1:
+    raise ConfigError('tasks must name at least one task and seeds be at least 1')
+
+
+def plan(config) -> list[Plan]:
+  """Each run's pre-training config, FLOPs per step and steps per budget (trains a tokenizer if none is cached)."""
+  _check(config)
+  plans = []
+  for name in config.objectives:
+    run = ml_collections.ConfigDict(config.pretrain.to_dict())  # an unlocked copy
+    run.objective.name = name
+    _override(run, config.overrides.get(name, {}), f'overrides.{name}')
+    data_config = config_lib.from_dict(data.DataConfig, run.data.to_dict(), where='pretrain.data')
+    c = config_lib.load(run, vocab_size=data.load_tokenizer(data_config).vocab_size)
+    per_step = flops.train_flops_per_step(c)
+    steps = tuple(steps_for_budget(b, per_step, name) for b in config.flops_budgets)
+    run.train_steps = max(steps)
+    run.save_steps = tuple(sorted(set(steps)))
+    plans.append(Plan(name, run, per_step, steps))
+  return plans
+
+
+def describe(config, plans: list[Plan]) -> str:
+  """What the experiment will run: steps per budget and pre-training FLOPs per run, the fine-tuning count."""
+  lines = [f'compare: {len(plans)} runs x {len(config.flops_budgets)} FLOPs budgets; fine-tuning on '
+           f'{len(config.tasks)} tasks x {config.seeds} seeds']
+  for p in plans:
+    budgets = ', '.join(f'{b:.3g} -> {s} steps' for b, s in zip(config.flops_budgets, p.steps))
+    lines.append(f'  {p.name} ({p.config.objective.name}): {p.flops_per_step:.4g} FLOPs per step; {budgets}; '
+                 f'one run of {max(p.steps)} steps = {max(p.steps) * p.flops_per_step:.4g} FLOPs')
+  total = sum(max(p.steps) * p.flops_per_step for p in plans)
+  inits = len(plans) * len(config.flops_budgets) + 1
+  lines.append(f'  pre-training in all: {total:.4g} FLOPs; fine-tuning: {inits} initialisations (from scratch '
+               f'included) x {len(config.tasks)} tasks = {inits * len(config.tasks)} runs of {config.seeds} seeds')
+  return '\n'.join(lines)
+
+
+def _flat(values: dict, prefix: str = '') -> dict:
+  out = {}
+  for key, value in values.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+def _check_unchanged(saved: dict, new: dict, workdir: str, ignore: tuple[str, ...] = ()):
+  """Refuses to reuse `workdir` when its saved config differs from `new` (compared as JSON)."""
+  old, now = _flat(saved), _flat(json.loads(json.dumps(new)))
+  changed = sorted(k for k in set(old) | set(now) if old.get(k) != now.get(k) and k not in ignore)
+  if changed:
+    raise ConfigError(f'{workdir} holds a run with other settings ({", ".join(changed[:8])}); run the experiment '
+                      'with the settings it started with, or use a new --workdir')
+
+
+def pretrain(p: Plan, workdir: str):
+  """Pre-trains run `p` in `workdir` unless every budget's checkpoint is there; resumes an interrupted run."""
+  saved = os.path.join(workdir, 'config.json')
+  if os.path.isfile(saved):
+    with open(saved, encoding='utf-8') as f:
+      _check_unchanged(json.load(f), p.config.to_dict(), workdir)
+  if set(p.steps) <= _saved_steps(workdir):
+    print(f'{p.name}: pre-trained (checkpoints {sorted(set(p.steps))} in {workdir})', file=sys.stderr)
+    return
+  print(f'{p.name}: pre-training to step {max(p.steps)} in {workdir}', file=sys.stderr)
+  trainer.train(p.config, workdir)
+  if not set(p.steps) <= _saved_steps(workdir):  # stopped by a signal, after writing a checkpoint
+    raise trainer.TrainingError(f'the pre-training of {p.name} stopped before step {max(p.steps)}; run the same '
+                                'command again to resume it')
+
+
+def _saved_steps(workdir: str) -> set[int]:
+  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+    return set()
+  checkpointer = Checkpointer(workdir)
+  steps = set(checkpointer.all_steps())
+  checkpointer.close()
+  return steps
+
+
+def finetune_config(config, task: str, init_checkpoint: str = '', init_step: int = 0):
+  """The fine-tuning config of one (checkpoint, task); no checkpoint: `pretrain`'s model from scratch."""
+  c = ml_collections.ConfigDict(config.finetune.to_dict())
+  c.task, c.seeds = task, config.seeds
+  c.init_checkpoint, c.init_step = init_checkpoint, init_step
+  if not init_checkpoint:
+    c.model = config.pretrain.model.to_dict()
+    c.data = config.pretrain.data.to_dict()  # the same tokenizer as pre-training (cached after the first)
+  return c
+
+
+def finetune_once(c, workdir: str) -> dict:
+  """Fine-tunes (all seeds) unless `workdir` holds results; returns {metric, seeds, scores, median}."""
+  path = os.path.join(workdir, 'results.json')
+  if os.path.isfile(path):
+    with open(os.path.join(workdir, 'finetune.json'), encoding='utf-8') as f:
+      _check_unchanged(json.load(f)['config'], c.to_dict(), workdir, ignore=('init_checkpoint',))
+    with open(path, encoding='utf-8') as f:
+      results = json.load(f)
+  else:
+    results = finetune.run(c, workdir)
+  metric = results['main_metric']
+  return {'metric': metric, 'seeds': [row['seed'] for row in results['seeds']],
+          'scores': [row[metric] for row in results['seeds']], 'median': results['median'][metric]}
+
+
+def run(config, workdir: str) -> dict:
+  """The whole experiment (see the module docstring); returns what WORKDIR/results.json holds."""
+  workdir = os.path.abspath(workdir)
+  plans = plan(config)
+  print(describe(config, plans), file=sys.stderr, flush=True)
+  task_names = {}
+  for task in config.tasks:
+    name = tasks_lib.get_task(task).name
+    if name in task_names:
+      raise ConfigError(f'tasks {task_names[name]!r} and {task!r} have the same name {name!r}')
+    task_names[name] = task
+  for p in plans:
+    pretrain(p, os.path.join(workdir, 'pretrain', p.name))
+
+  results = {'flops_budgets': list(config.flops_budgets), 'seeds': config.seeds, 'tasks': task_names,
+             'objectives': {}, 'scratch': {}}
+  for p in plans:
+    results['objectives'][p.name] = {
+        'objective': p.config.objective.name, 'flops_per_step': p.flops_per_step,
+        'budgets': [{'budget': b, 'steps': s, 'train_flops': s * p.flops_per_step, 'tasks': {}}
+                    for b, s in zip(config.flops_budgets, p.steps)]}
+  for name, task in task_names.items():
+    results['scratch'][name] = finetune_once(finetune_config(config, task), os.path.join(workdir, 'scratch', name))
+    write_results(results, workdir)
+  for p in plans:
+    for entry in results['objectives'][p.name]['budgets']:
+      for name, task in task_names.items():
+        c = finetune_config(config, task, os.path.join(workdir, 'pretrain', p.name), entry['steps'])
+        entry['tasks'][name] = finetune_once(
+            c, os.path.join(workdir, 'finetune', p.name, budget_name(entry['budget']), name))
+        write_results(results, workdir)
+  plot(results, os.path.join(workdir, 'compare.png'))
+  print(results_table(results), file=sys.stderr)
+  return results
+
+
+def write_results(results: dict, workdir: str):
+  """WORKDIR/results.json and results.md, rewritten after every fine-tuning (missing entries: '-')."""
+  with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
+    json.dump(results, f, indent=2)
+  with open(os.path.join(workdir, 'results.md'), 'w', encoding='utf-8') as f:
+    f.write(results_table(results))
+
+
+def _cell(summary: dict | None) -> str:
+  if not summary:
+    return '-'
+  scores = [100 * s for s in summary['scores']]
+  return f'{100 * summary["median"]:.2f} [{min(scores):.2f}-{max(scores):.2f}]'
+
+
+def results_table(results: dict) -> str:
+  """Markdown: a row per run and budget, then from scratch; a column per task; median [min-max] x 100."""
+  names = list(results['tasks'])
+  metrics = {n: (results['scratch'].get(n) or {}).get('metric', '') for n in names}
+  lines = [f'### Dev scores x100 at equal pre-training compute: median of {results["seeds"]} seeds [min-max]', '',
+           '| run | budget (FLOPs) | steps | ' + ' | '.join(f'{n} ({metrics[n]})' if metrics[n] else n
+                                                            for n in names) + ' |',
+           '|---|---:|---:|' + '---:|' * len(names)]
+  for run_name, run in results['objectives'].items():
+    for entry in run['budgets']:
+      lines.append(f'| {run_name} | {entry["budget"]:.3g} | {entry["steps"]} | '
+                   + ' | '.join(_cell(entry['tasks'].get(n)) for n in names) + ' |')
+  lines.append('| from scratch | 0 | 0 | ' + ' | '.join(_cell(results['scratch'].get(n)) for n in names) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def plot(results: dict, path: str):
+  """A PNG with a panel per task: median score (min-max band) against pre-training FLOPs, a line per run, the
+  from-scratch median as a dashed line."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top  (only this needs matplotlib)
+
+  names = list(results['tasks'])
+  figure = Figure(figsize=(4.8 * len(names), 4.0), layout='constrained')
+  axes = figure.subplots(1, len(names), squeeze=False)[0]
+  for axis, name in zip(axes, names):
+    metric = ''
+    for run_name, run in results['objectives'].items():
+      points = [(e['train_flops'], e['tasks'][name]) for e in run['budgets'] if name in e['tasks']]
+      if not points:
+        continue
+      x = [f for f, _ in points]
+      line, = axis.plot(x, [100 * s['median'] for _, s in points], marker='o', label=run_name)
+      axis.fill_between(x, [100 * min(s['scores']) for _, s in points], [100 * max(s['scores']) for _, s in points],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+      metric = points[0][1]['metric']
+    scratch = results['scratch'].get(name)
+    if scratch:
+      axis.axhline(100 * scratch['median'], color='gray', linestyle='--', label='from scratch')
+      metric = scratch['metric']
+    axis.set_xscale('log')
+    axis.set_xlabel('pre-training FLOPs')
+    axis.set_ylabel(f'{metric} x100 (median of {results["seeds"]} seeds)')
+    axis.set_title(name)
+    axis.grid(True, which='both', alpha=0.3)
+    axis.legend(fontsize='small')
+  figure.savefig(path, dpi=120)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  cli.run(run, flags.FLAGS.config, flags.FLAGS.workdir)
+
+
+if __name__ == '__main__':
+  # Defined here, not on import: electra_jax.main defines flags of the same names, and tests import both.
+  config_flags.DEFINE_config_file('config', None, 'An experiment config, e.g. configs/experiments/compare_cpu.py.',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where the runs, results.json, results.md and compare.png go.')
+  flags.mark_flags_as_required(['config', 'workdir'])
+  app.run(main, flags_parser=cli.flags_parser(
+      'the --config file, e.g. configs/experiments/compare_cpu.py (the runner sets pretrain.train_steps, '
+      'save_steps and objective.name, and the task, seeds, model and checkpoint of each fine-tuning)'))

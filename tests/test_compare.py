@@ -1,0 +1,153 @@
+"""The compare experiment: steps for a FLOPs budget by hand, and a tiny end-to-end run (electra and mlm at two
+budgets on the grammar corpus, a generated TSV task): its outputs, FLOPs matching, and a re-run that trains
+nothing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+import pytest
+
+from configs.experiments import compare_cpu
+from electra_jax import checkpoint
+from electra_jax.config import ConfigError
+from electra_jax.experiments import compare
+from test_finetune_train import TINY_MODEL, make_tsv_task  # pylint: disable=g-bad-import-order
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+CACHE_OPTIONS = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
+                 'jax_persistent_cache_min_entry_size_bytes')
+
+
+@pytest.fixture(scope='module', autouse=True)
+def compile_once(tmp_path_factory):
+  """A persistent compilation cache for this module: the five fine-tunings build the same programs (same
+  shapes, new jit objects), so they compile once instead of five times (halves the test's time)."""
+  saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
+  for name, value in zip(CACHE_OPTIONS, (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)):
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which already happened
+  yield
+  for name, value in saved.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
+
+
+def test_steps_for_budget_by_hand():
+  # 1e12 / 3e9 = 333.3 -> 333 steps (999e9 FLOPs); 1e12 / 2.4e9 = 416.7 -> 417 (1.0008e12): each within half a
+  # step of the budget, so two objectives' runs differ by less than one step of the costlier one.
+  assert compare.steps_for_budget(1e12, 3e9) == 333
+  assert compare.steps_for_budget(1e12, 2.4e9) == 417
+  assert compare.steps_for_budget(7e9, 4e9) == 2  # 1.75
+  assert compare.steps_for_budget(2.1e9, 4e9) == 1  # 0.525: more than half a step still trains one
+  with pytest.raises(ConfigError, match='less than half a step of mlm'):
+    compare.steps_for_budget(1.9e9, 4e9, 'mlm')  # 0.475
+  assert [compare.budget_name(b) for b in (5e12, 1.5e13, 4.5e13, 3e9)] == ['5e12', '1.5e13', '4.5e13', '3e09']
+
+
+def tiny_config(grammar_corpus, cache_dir, task_dir):
+  config = compare_cpu.get_config()
+  pretrain = config.pretrain
+  pretrain.model.update(TINY_MODEL)
+  pretrain.data.update(source=grammar_corpus, vocab_size=48, max_seq_length=32, cache_dir=cache_dir)
+  pretrain.update(batch_size=8, log_every=1, checkpoint_every=100, keep_checkpoints=1)
+  pretrain.optimizer.warmup_steps = 1
+  pretrain.mesh.shape = (1, 1, 1)
+  config.finetune.update(batch_size=16, eval_batch_size=32, epochs=1.0, max_seq_length=32, max_train_examples=48)
+  config.finetune.mesh.shape = (1, 1, 1)
+  config.tasks = (task_dir,)
+  config.seeds = 2
+  return config
+
+
+def test_override_of_an_unknown_key_is_a_config_error(grammar_corpus, cache_dir, tmp_path):
+  config = tiny_config(grammar_corpus, cache_dir, str(tmp_path))
+  config.overrides.mlm.objective.temprature = 2.0
+  with pytest.raises(ConfigError, match='overrides.mlm.objective.temprature'):
+    compare.plan(config)
+
+
+def test_comma_lists_and_a_stopped_pretraining(grammar_corpus, cache_dir, tmp_path, monkeypatch):
+  config = tiny_config(grammar_corpus, cache_dir, str(tmp_path))
+  config.objectives = ('electra,mlm',)  # what --config.objectives=electra,mlm gives
+  config.flops_budgets = (1e9,)
+  plans = compare.plan(config)
+  assert [p.name for p in plans] == ['electra', 'mlm'] and config.objectives == ('electra', 'mlm')
+  # trainer.train returns early when SIGTERM/SIGINT stops it: the experiment must stop too, not fine-tune.
+  monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir: None)
+  with pytest.raises(compare.trainer.TrainingError, match='run the same command again'):
+    compare.pretrain(plans[0], str(tmp_path / 'pre'))
+
+
+def test_cli_unknown_config_key_is_one_line(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.experiments.compare', '--config=configs/experiments/compare_cpu.py',
+       f'--workdir={tmp_path}', '--config.taks=x'], cwd=REPO, capture_output=True, text=True, timeout=120,
+      check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr
+  assert 'unknown config key' in result.stderr and 'taks' in result.stderr
+
+
+def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir, monkeypatch):
+  task_dir = make_tsv_task(tmp_path / 'keyword', sizes=(48, 24))
+  config = tiny_config(grammar_corpus, cache_dir, task_dir)
+  per_step = {p.name: p.flops_per_step for p in compare.plan(config)}
+  assert per_step['mlm'] < per_step['electra']  # no generator
+  config.flops_budgets = (2.2 * per_step['electra'], 4.2 * per_step['electra'])  # electra: 2 and 4 steps
+  workdir = str(tmp_path / 'cmp')
+  results = compare.run(config, workdir)
+
+  electra, mlm = results['objectives']['electra'], results['objectives']['mlm']
+  assert [e['steps'] for e in electra['budgets']] == [2, 4]
+  assert mlm['objective'] == 'mlm' and electra['flops_per_step'] == per_step['electra']
+  for a, b in zip(electra['budgets'], mlm['budgets']):
+    assert abs(a['train_flops'] - b['train_flops']) <= max(per_step.values())
+    assert a['train_flops'] == a['steps'] * per_step['electra'] and b['train_flops'] == b['steps'] * per_step['mlm']
+  # One pre-training run per objective, with a checkpoint at each budget's step (keep_checkpoints=1 deletes none).
+  for name, run in results['objectives'].items():
+    steps = [e['steps'] for e in run['budgets']]
+    assert sorted(os.listdir(os.path.join(workdir, 'pretrain', name, 'checkpoints')), key=int) == [str(s) for s in
+                                                                                                   steps]
+    saved = checkpoint.load_config(os.path.join(workdir, 'pretrain', name))
+    assert saved.train_steps == max(steps) and saved.objective.name == name
+    masking = (saved.objective.mask_token_prob, saved.objective.random_token_prob)
+    assert masking == ((0.8, 0.1) if name == 'mlm' else (0.85, 0.0))  # mlm's overrides: BERT's 80/10/10
+  # The trainer counted the same FLOPs: its last train_flops is the largest budget's.
+  with open(os.path.join(workdir, 'pretrain', 'mlm', 'metrics.jsonl'), encoding='utf-8') as f:
+    assert json.loads(f.readlines()[-1])['train_flops'] == mlm['budgets'][-1]['train_flops']
+
+  with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
+    assert json.load(f) == json.loads(json.dumps(results))
+  summaries = [e['tasks']['keyword'] for run in results['objectives'].values() for e in run['budgets']]
+  summaries.append(results['scratch']['keyword'])
+  for summary in summaries:
+    assert summary['metric'] == 'dev/accuracy' and summary['seeds'] == [0, 1] and len(summary['scores']) == 2
+    assert min(summary['scores']) <= summary['median'] <= max(summary['scores'])
+  finetuned = os.path.join(workdir, 'finetune', 'electra', compare.budget_name(config.flops_budgets[0]), 'keyword')
+  with open(os.path.join(finetuned, 'results.json'), encoding='utf-8') as f:
+    assert json.load(f)['init_step'] == 2
+  table = open(os.path.join(workdir, 'results.md'), encoding='utf-8').read()
+  assert '| keyword (dev/accuracy) |' in table and '| from scratch | 0 | 0 |' in table
+  assert sum(line.startswith('| electra |') or line.startswith('| mlm |') for line in table.splitlines()) == 4
+  with open(os.path.join(workdir, 'compare.png'), 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's dependency)
+  with Image.open(os.path.join(workdir, 'compare.png')) as image:
+    image.verify()
+
+  # Again: everything is found done, nothing trains, the same results come back.
+  def fail(*args, **kwargs):
+    raise AssertionError('a finished run was trained again')
+  monkeypatch.setattr(compare.trainer, 'train', fail)
+  monkeypatch.setattr(compare.finetune, 'run', fail)
+  assert compare.run(config, workdir) == results
+
+  # A finished run with other settings is refused rather than reused.
+  config.finetune.epochs = 2.0
+  with pytest.raises(ConfigError, match='other settings.*epochs'):
+    compare.run(config, workdir)
