@@ -34,6 +34,10 @@ def get_config():
   config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = 'float32'  # Activation/matmul dtype: 'float32' or 'bfloat16' (params stay fp32).
   config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
+  # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
+  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
+  config.model.tying = 'embeddings'
+
 
   config.objective = ml_collections.ConfigDict()
   config.objective.name = 'electra'  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' or 'mlm' (BERT).

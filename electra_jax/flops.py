@@ -79,8 +79,11 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
   else:
     raise ValueError(f'unknown objective {objective!r}')
   if objective != 'mlm':
-    flops += length * (embed + tower_forward_flops_per_token(generator, e, length, convention))
-    flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, model, convention)
+    # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
+    gen_model = model.generator_model()
+    flops += length * (embedding_flops_per_token(gen_model, length, convention)
+                       + tower_forward_flops_per_token(generator, gen_model.embedding_size, length, convention))
+    flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, gen_model, convention)
   return flops
 
 

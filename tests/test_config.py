@@ -64,6 +64,8 @@ def test_int_is_accepted_for_float():
     {'mesh__shape': (-1, -1, 1)},
     {'mesh__shape': (8, 1)},
     {'batch_size': 0},
+    {'model__tying': 'encoder'},
+    {'model__tying': 'all'},  # with the default generator, a quarter of the discriminator's width
 ])
 def test_invalid_values(overrides):
   with pytest.raises(config_lib.ConfigError):
