@@ -40,7 +40,9 @@ def get_config():
 
 
   config.objective = ml_collections.ConfigDict()
-  config.objective.name = 'electra'  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' or 'mlm' (BERT).
+  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT) or 'electra_adversarial' (generator
+  # trained by REINFORCE to fool the discriminator, no MLM loss).
+  config.objective.name = 'electra'
   config.objective.mask_prob = 0.15  # Fraction of tokens selected for prediction.
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
   config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].

@@ -126,6 +126,9 @@ class ObjectiveConfig:
       raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
     if self.mask_token_prob + self.random_token_prob > 1:
       raise ConfigError('objective.mask_token_prob + objective.random_token_prob must be at most 1')
+    if self.uniform_generator and self.name == 'electra_adversarial':
+      raise ConfigError('objective.uniform_generator replaces the generator, so there is no generator to train '
+                        'adversarially')
 
   def num_predictions(self, seq_length: int) -> int:
     """Selected positions per sequence: int((mask_prob + 0.005) * L), as in the official code."""

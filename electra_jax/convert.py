@@ -477,6 +477,8 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
   """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}."""
   state_dicts = {DISC: {}, GEN: {}}
   for path, value in traverse_util.flatten_dict(jax.device_get(params)).items():
+    if path[:2] == (GEN, 'adversarial_baseline'):  # electra_adversarial's REINFORCE baseline: training only
+      continue
     models, name = hf_name(path)
     for m in models:
       state_dicts[m][name] = np.ascontiguousarray(hf_layout(path, np.asarray(value)))

@@ -101,8 +101,7 @@ class Pretraining:
 
   def __post_init__(self):
     c = self.config
-    spec = objective.get(c.objective.name)
-    self.model = Electra(c.model, with_generator=spec.with_generator, discriminator_head=spec.discriminator_head)
+    self.model = objective.get(c.objective.name).model(c.model)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
         self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))

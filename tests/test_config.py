@@ -127,3 +127,20 @@ def test_paper_configs(name, expected):
       1.0, 50.0, 0.85, 0.0, 1.0)
   assert not obj.disallow_correct and not obj.uniform_generator
   assert c.data.vocab_size == 30522
+
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'objective__name': 'electra_adversarial', 'grad_accum_steps': 2}, 'objective.name=electra only'),
+    ({'objective__name': 'electra_adversarial', 'objective__uniform_generator': True}, 'no generator to train'),
+])
+def test_variant_errors(overrides, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.load(_values(**overrides), vocab_size=100)
+
+
+@pytest.mark.parametrize('overrides', [
+    {'objective__name': 'electra_adversarial', 'model__tying': 'none'},
+])
+def test_variants_load(overrides):
+  config_lib.load(_values(**overrides), vocab_size=100)

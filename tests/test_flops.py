@@ -93,6 +93,8 @@ def test_objectives():
   # BERT: no generator at all.
   assert per_seq('mlm') == L * (12 * DISC_LAYER + DISC_PROJECTION) + P * disc_mlm_head
   assert flops.pretraining_flops_per_step(SMALL, B, L, P, 'mlm') == 3 * B * per_seq('mlm')
+  # Adversarial ELECTRA: ELECTRA plus the REINFORCE baseline, dense(H_g -> 1) at the P positions.
+  assert per_seq('electra_adversarial') == FORWARD_PER_SEQUENCE + P * 2 * 64
   with pytest.raises(ValueError, match='objective'):
     per_seq('bert')
   with pytest.raises(ValueError, match='convention'):
