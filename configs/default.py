@@ -38,7 +38,6 @@ def get_config():
   # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
   config.model.tying = 'embeddings'
 
-
   config.objective = ml_collections.ConfigDict()
   # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT) or 'electra_adversarial' (generator
   # trained by REINFORCE to fool the discriminator, no MLM loss).
@@ -52,6 +51,9 @@ def get_config():
   config.objective.disc_weight = 50.0  # Weight of the discriminator loss (lambda in the paper).
   config.objective.disallow_correct = False  # Never sample the original token.
   config.objective.uniform_generator = False  # Replace the generator by uniform sampling (ablation).
+  # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised
+  # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
+  config.objective.two_stage_generator_steps = 0
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.learning_rate = 5e-4  # Peak learning rate.

@@ -120,15 +120,21 @@ class ObjectiveConfig:
   disc_weight: float = 50.0
   disallow_correct: bool = False
   uniform_generator: bool = False
+  two_stage_generator_steps: int = 0
 
   def __post_init__(self):
     if not 0 < self.mask_prob < 1:
       raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
     if self.mask_token_prob + self.random_token_prob > 1:
       raise ConfigError('objective.mask_token_prob + objective.random_token_prob must be at most 1')
-    if self.uniform_generator and self.name == 'electra_adversarial':
+    if self.two_stage_generator_steps < 0:
+      raise ConfigError(f'objective.two_stage_generator_steps must be >= 0, got {self.two_stage_generator_steps}')
+    if self.two_stage_generator_steps and self.name != 'electra':
+      raise ConfigError(f'objective.two_stage_generator_steps is a schedule of the electra objective, not of '
+                        f'{self.name!r}')
+    if self.uniform_generator and (self.name == 'electra_adversarial' or self.two_stage_generator_steps):
       raise ConfigError('objective.uniform_generator replaces the generator, so there is no generator to train '
-                        'adversarially')
+                        'adversarially or in two stages')
 
   def num_predictions(self, seq_length: int) -> int:
     """Selected positions per sequence: int((mask_prob + 0.005) * L), as in the official code."""
@@ -179,6 +185,20 @@ class TrainConfig:
     if self.grad_accum_steps > 1 and self.objective.name != 'electra':
       raise ConfigError(f'grad_accum_steps > 1 is implemented for objective.name=electra only, not '
                         f'{self.objective.name!r}; use a smaller batch_size instead')
+    if self.grad_accum_steps > 1 and self.objective.two_stage_generator_steps:
+      raise ConfigError('grad_accum_steps > 1 is not implemented with objective.two_stage_generator_steps; use a '
+                        'smaller batch_size instead')
+    if self.objective.two_stage_generator_steps:
+      m = self.model
+      if m.tying == 'all':
+        raise ConfigError('objective.two_stage_generator_steps needs a generator with its own encoder to freeze; '
+                          'model.tying=all shares it with the discriminator (use embeddings or none)')
+      if m.tower(True) != m.tower(False):
+        raise ConfigError(
+            'objective.two_stage_generator_steps initialises the discriminator from the generator, so they must '
+            f'be the same size; the generator is {m.tower(True)} and the discriminator {m.tower(False)}. Set '
+            'model.generator_hidden_fraction=1 and model.generator_layers_fraction=1 (the generator has '
+            'hidden // 64 heads and a 4 * hidden FFN: model.num_heads and model.intermediate_size must match)')
 
 
 def load(config, vocab_size: int | None = None) -> TrainConfig:

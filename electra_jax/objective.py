@@ -7,6 +7,7 @@ The generator's samples pass through `stop_gradient`: no gradient flows from the
 `OBJECTIVES` maps `config.objective.name` to the loss function and to what it needs of the model (the train
 step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2), and
 'electra_adversarial' (a generator trained by reinforcement learning to fool the discriminator, appendix F).
+`two_stage_loss` is ELECTRA's loss under `objective.two_stage_generator_steps` (the train step switches to it).
 
 Randomness is drawn per example row: row r's masking, Gumbel noise and dropout come from fold_in(key, r), never
 from the other rows, so a batch split into micro-batches (gradient accumulation) draws exactly what it would whole.
@@ -296,6 +297,26 @@ def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Object
   one = jnp.ones((), jnp.float32)
   return loss, {'loss': (loss, one), 'mlm_loss': (loss, one),
                 'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
+
+
+def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, config: ObjectiveConfig,
+                   special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """ELECTRA trained in two stages (paper section 3.2): `electra_loss` with the loss switched by `step`.
+
+  Before step n = config.two_stage_generator_steps the loss is gen_weight * generator MLM loss alone; from step n
+  on it is disc_weight * discriminator loss alone. `step` is a traced scalar (the train state's), so one compiled
+  step serves both stages; both towers run in both (the metrics stay those of `electra_loss`). Initialising the
+  discriminator from the generator at step n and freezing the tower that does not train are the train step's
+  (`electra_jax.train_step.two_stage_params`, `two_stage_updates`).
+  """
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs)
+  _, metrics = loss_and_metrics(sums, config)
+  gen_loss, disc_loss = metrics['gen_loss'][0], metrics['disc_loss'][0]
+  loss = jnp.where(step < config.two_stage_generator_steps, config.gen_weight * gen_loss,
+                   config.disc_weight * disc_loss)
+  metrics['loss'] = (loss, jnp.ones((), jnp.float32))
+  return loss, metrics
 
 
 def electra_adversarial_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
