@@ -35,9 +35,14 @@ def get_config():
   config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = 'float32'  # Activation/matmul dtype: 'float32' or 'bfloat16' (params stay fp32).
   config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
+  # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
+  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
+  config.model.tying = 'embeddings'
 
   config.objective = ml_collections.ConfigDict()
-  config.objective.name = 'electra'  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' or 'mlm' (BERT).
+  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT) or 'electra_adversarial' (generator
+  # trained by REINFORCE to fool the discriminator, no MLM loss).
+  config.objective.name = 'electra'
   config.objective.mask_prob = 0.15  # Fraction of tokens selected for prediction.
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
   config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].
@@ -47,6 +52,9 @@ def get_config():
   config.objective.disc_weight = 50.0  # Weight of the discriminator loss (lambda in the paper).
   config.objective.disallow_correct = False  # Never sample the original token.
   config.objective.uniform_generator = False  # Replace the generator by uniform sampling (ablation).
+  # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised
+  # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
+  config.objective.two_stage_generator_steps = 0
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.learning_rate = 5e-4  # Peak learning rate.

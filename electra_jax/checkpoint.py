@@ -117,8 +117,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
     if step is None:
       raise CheckpointError(f'{checkpointer.directory} holds no checkpoint yet')
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    spec = objective.get(config.objective.name)
-    model = Electra(config.model, with_generator=spec.with_generator, discriminator_head=spec.discriminator_head)
+    model = objective.get(config.objective.name).model(config.model)
     params = checkpointer.restore_params(step, abstract_params(model, device))
   finally:
     checkpointer.close()

@@ -34,6 +34,13 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
   return cls(**kwargs)
 
 
+# model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
+#   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
+#   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
+#   'all': embeddings and encoder (a same-size generator; only the heads differ).
+TYINGS = ('embeddings', 'none', 'all')
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Sizes of the shared embeddings and of the two Transformer towers."""
@@ -53,22 +60,43 @@ class ModelConfig:
   layer_norm_eps: float = 1e-12
   dtype: str = 'float32'
   remat: bool = False
+  tying: str = 'embeddings'
 
   def __post_init__(self):
     if self.dtype not in ('float32', 'bfloat16'):
       raise ConfigError(f"model.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
+    if self.tying not in TYINGS:
+      raise ConfigError(f'model.tying must be one of {", ".join(map(repr, TYINGS))}, got {self.tying!r}')
+    if self.tying == 'all' and not self.same_size_generator():
+      raise ConfigError('model.tying=all makes the generator use the discriminator\'s encoder, so it needs a '
+                        'generator of the same size: model.generator_hidden_fraction=1 and '
+                        f'model.generator_layers_fraction=1 (got {self.generator_hidden_fraction} and '
+                        f'{self.generator_layers_fraction})')
+
+  def same_size_generator(self) -> bool:
+    return self.generator_hidden_fraction == 1.0 and self.generator_layers_fraction == 1.0
 
   def tower(self, generator: bool) -> 'TowerConfig':
-    """The encoder sizes of the discriminator, or of the generator (official `get_generator_config`)."""
-    if not generator:
+    """The encoder sizes of the discriminator, or of the generator (official `get_generator_config`).
+
+    With tying='all' the generator runs the discriminator's encoder, so both are the discriminator's.
+    """
+    if not generator or self.tying == 'all':
       return TowerConfig(self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
     hidden = int(round(self.hidden_size * self.generator_hidden_fraction))
     return TowerConfig(hidden_size=hidden,
                        num_layers=max(1, int(round(self.num_layers * self.generator_layers_fraction))),
                        num_heads=max(1, hidden // 64),
                        intermediate_size=4 * hidden)
+
+  def generator_model(self) -> 'ModelConfig':
+    """The sizes the generator sees. With tying='none' its own embedding tables are as wide as its hidden layers
+    (official `untied_generator_embeddings`: no embeddings_project, and its MLM head maps to that width)."""
+    if self.tying != 'none':
+      return self
+    return dataclasses.replace(self, embedding_size=self.tower(True).hidden_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +120,21 @@ class ObjectiveConfig:
   disc_weight: float = 50.0
   disallow_correct: bool = False
   uniform_generator: bool = False
+  two_stage_generator_steps: int = 0
 
   def __post_init__(self):
     if not 0 < self.mask_prob < 1:
       raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
     if self.mask_token_prob + self.random_token_prob > 1:
       raise ConfigError('objective.mask_token_prob + objective.random_token_prob must be at most 1')
+    if self.two_stage_generator_steps < 0:
+      raise ConfigError(f'objective.two_stage_generator_steps must be >= 0, got {self.two_stage_generator_steps}')
+    if self.two_stage_generator_steps and self.name != 'electra':
+      raise ConfigError(f'objective.two_stage_generator_steps is a schedule of the electra objective, not of '
+                        f'{self.name!r}')
+    if self.uniform_generator and (self.name == 'electra_adversarial' or self.two_stage_generator_steps):
+      raise ConfigError('objective.uniform_generator replaces the generator, so there is no generator to train '
+                        'adversarially or in two stages')
 
   def num_predictions(self, seq_length: int) -> int:
     """Selected positions per sequence: int((mask_prob + 0.005) * L), as in the official code."""
@@ -152,6 +189,20 @@ class TrainConfig:
     if self.grad_accum_steps > 1 and self.objective.name != 'electra':
       raise ConfigError(f'grad_accum_steps > 1 is implemented for objective.name=electra only, not '
                         f'{self.objective.name!r}; use a smaller batch_size instead')
+    if self.grad_accum_steps > 1 and self.objective.two_stage_generator_steps:
+      raise ConfigError('grad_accum_steps > 1 is not implemented with objective.two_stage_generator_steps; use a '
+                        'smaller batch_size instead')
+    if self.objective.two_stage_generator_steps:
+      m = self.model
+      if m.tying == 'all':
+        raise ConfigError('objective.two_stage_generator_steps needs a generator with its own encoder to freeze; '
+                          'model.tying=all shares it with the discriminator (use embeddings or none)')
+      if m.tower(True) != m.tower(False):
+        raise ConfigError(
+            'objective.two_stage_generator_steps initialises the discriminator from the generator, so they must '
+            f'be the same size; the generator is {m.tower(True)} and the discriminator {m.tower(False)}. Set '
+            'model.generator_hidden_fraction=1 and model.generator_layers_fraction=1 (the generator has '
+            'hidden // 64 heads and a 4 * hidden FFN: model.num_heads and model.intermediate_size must match)')
 
 
 def load(config, vocab_size: int | None = None) -> TrainConfig:

@@ -477,6 +477,8 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
   """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}."""
   state_dicts = {DISC: {}, GEN: {}}
   for path, value in traverse_util.flatten_dict(jax.device_get(params)).items():
+    if path[:2] == (GEN, 'adversarial_baseline'):  # electra_adversarial's REINFORCE baseline: training only
+      continue
     models, name = hf_name(path)
     for m in models:
       state_dicts[m][name] = np.ascontiguousarray(hf_layout(path, np.asarray(value)))
@@ -487,6 +489,11 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   config, params = checkpoint.load_params(workdir, step)
+  if config.model.tying != 'embeddings':
+    raise ConversionError(
+        f'{workdir} was trained with model.tying={config.model.tying!r}; the export writes the Hugging Face pair '
+        'of models whose generator shares only the embeddings with the discriminator (model.tying=embeddings). '
+        'For the discriminator alone, fine-tune from the workdir directly (--config.init_checkpoint)')
   configs = hf_configs(config.model, _pad_id(workdir))
   for what, state_dict in hf_state_dicts(params).items():
     directory = os.path.join(out, what)

@@ -69,7 +69,7 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
   generator, discriminator = model.tower(generator=True), model.tower(generator=False)
   embed = embedding_flops_per_token(model, length, convention)  # paid by each tower (it runs them separately)
   flops = length * (embed + tower_forward_flops_per_token(discriminator, e, length, convention))
-  if objective in ('electra', 'electra_15'):
+  if objective in ('electra', 'electra_15', 'electra_adversarial'):
     flops += length * rtd_head_flops_per_token(discriminator.hidden_size, convention)
   elif objective in ('replace_mlm', 'mlm'):
     flops += num_predictions * mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
@@ -79,8 +79,13 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
   else:
     raise ValueError(f'unknown objective {objective!r}')
   if objective != 'mlm':
-    flops += length * (embed + tower_forward_flops_per_token(generator, e, length, convention))
-    flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, model, convention)
+    # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
+    gen_model = model.generator_model()
+    flops += length * (embedding_flops_per_token(gen_model, length, convention)
+                       + tower_forward_flops_per_token(generator, gen_model.embedding_size, length, convention))
+    flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, gen_model, convention)
+  if objective == 'electra_adversarial':
+    flops += num_predictions * 2 * generator.hidden_size  # the REINFORCE baseline, dense(H_gen -> 1)
   return flops
 
 

@@ -203,17 +203,19 @@ class Encoder(nn.Module):
 
 
 class _Tower(nn.Module):
-  """One encoder over the shared embeddings: optional E->H `embeddings_project`, the encoder, then a head."""
+  """One encoder over the embeddings: optional E->H `embeddings_project`, the encoder, then a head."""
   config: ModelConfig
   is_generator = False
+  has_encoder = True
 
   def setup(self):
-    c = self.config
-    tower = c.tower(self.is_generator)
-    self.project = c.embedding_size != tower.hidden_size
-    if self.project:
-      self.embeddings_project = dense(tower.hidden_size, c, ('token_embed', 'embed'), None)
-    self.encoder = Encoder(c, tower)
+    if self.has_encoder:
+      c = self.config
+      tower = c.tower(self.is_generator)
+      self.project = c.embedding_size != tower.hidden_size
+      if self.project:
+        self.embeddings_project = dense(tower.hidden_size, c, ('token_embed', 'embed'), None)
+      self.encoder = Encoder(c, tower)
     self.setup_head()
 
   def setup_head(self):
@@ -259,16 +261,33 @@ class DiscriminatorHead(nn.Module):
 
 
 class Generator(_Tower):
-  """The small masked-language-model tower and its head."""
+  """The masked-language-model tower and its head.
+
+  `config` is `ModelConfig.generator_model()`. `own_embeddings` (tying='none'): an `embeddings` module of its own
+  (as wide as the generator) that its head also reads; `has_encoder` False (tying='all'): no encoder, it runs the
+  discriminator's (`Electra` passes the hidden states in). `baseline`: an `adversarial_baseline` logit per
+  position (the learned REINFORCE baseline of objective 'electra_adversarial').
+  """
+  own_embeddings: bool = False
+  has_encoder: bool = True
+  baseline: bool = False
   is_generator = True
 
   def setup_head(self):
+    if self.own_embeddings:
+      self.embeddings = Embeddings(self.config)
     self.generator_predictions = GeneratorHead(self.config)
     self.generator_lm_head = LMHeadBias(self.config.vocab_size)
+    if self.baseline:
+      self.adversarial_baseline = dense(1, self.config, ('embed', None), None)
 
   def logits(self, hidden, embeddings: Embeddings):
     """[batch, P, H_gen] hidden states -> [batch, P, vocab] float32 MLM logits through the tied embedding table."""
     return self.generator_lm_head(embeddings.attend(self.generator_predictions(hidden)))
+
+  def baseline_logits(self, hidden):
+    """[batch, P, H_gen] -> [batch, P] float32 logits z of the REINFORCE baseline b = -log sigmoid(z)."""
+    return self.adversarial_baseline(hidden)[..., 0].astype(jnp.float32)
 
 
 class Discriminator(_Tower):
@@ -302,22 +321,37 @@ class Discriminator(_Tower):
 
 
 class Electra(nn.Module):
-  """Generator and discriminator over one shared embedding module.
+  """Generator and discriminator over one shared embedding module (by default).
 
   Params: {'embeddings': ..., 'generator': {embeddings_project?, encoder, generator_predictions,
   generator_lm_head}, 'discriminator': {embeddings_project?, encoder, discriminator_predictions}}.
-  The objective ablations (`electra_jax.objective.OBJECTIVES`) drop the generator (`with_generator=False`) or
-  give the discriminator an MLM head (`discriminator_head='mlm'` or `'mlm_copy'`, see `Discriminator`).
+  `config.tying` changes what the generator shares: 'none' gives it its own 'generator/embeddings' (then the
+  top-level 'embeddings' are the discriminator's alone), 'all' removes its encoder and embeddings_project: it
+  runs the discriminator's, and 'generator' holds only its heads.
+  The objective ablations (`electra_jax.objective.OBJECTIVES`) drop the generator (`with_generator=False`), give
+  the discriminator an MLM head (`discriminator_head='mlm'` or `'mlm_copy'`, see `Discriminator`), or give the
+  generator a REINFORCE baseline head (`generator_baseline`).
   """
   config: ModelConfig
   with_generator: bool = True
   discriminator_head: str = 'rtd'
+  generator_baseline: bool = False
 
   def setup(self):
-    self.embeddings = Embeddings(self.config)
+    c = self.config
+    self.embeddings = Embeddings(c)
     if self.with_generator:
-      self.generator = Generator(self.config)
-    self.discriminator = Discriminator(self.config, head=self.discriminator_head)
+      self.generator = Generator(c.generator_model(), own_embeddings=c.tying == 'none',
+                                 has_encoder=c.tying != 'all', baseline=self.generator_baseline)
+    self.discriminator = Discriminator(c, head=self.discriminator_head)
+
+  def _generator_hidden(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool, rows):
+    """(generator hidden states at `positions` [batch, P, H_gen], the embeddings its head reads)."""
+    embeddings = self.generator.embeddings if self.config.tying == 'none' else self.embeddings
+    embedded = embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    tower = self.discriminator if self.config.tying == 'all' else self.generator
+    hidden = tower(embedded, input_mask, deterministic=deterministic, rows=rows)
+    return jnp.take_along_axis(hidden, positions[..., None], axis=1), embeddings
 
   def generator_logits(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True,
                        rows=None):
@@ -326,10 +360,16 @@ class Electra(nn.Module):
     The vocabulary projection runs only at the P selected positions, not at all `length` tokens. `rows` [batch]:
     each row's index in the full batch (keys its dropout; default 0..batch-1).
     """
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
-    hidden = self.generator(embedded, input_mask, deterministic=deterministic, rows=rows)
-    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-    return self.generator.logits(hidden, self.embeddings)
+    hidden, embeddings = self._generator_hidden(input_ids, segment_ids, input_mask, positions,
+                                                deterministic=deterministic, rows=rows)
+    return self.generator.logits(hidden, embeddings)
+
+  def generator_logits_and_baseline(self, input_ids, segment_ids, input_mask, positions, *,
+                                    deterministic: bool = True, rows=None):
+    """`generator_logits` and the baseline logits [batch, P] (float32) of the adversarial generator."""
+    hidden, embeddings = self._generator_hidden(input_ids, segment_ids, input_mask, positions,
+                                                deterministic=deterministic, rows=rows)
+    return self.generator.logits(hidden, embeddings), self.generator.baseline_logits(hidden)
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True, rows=None):
     """Corrupted inputs [batch, length] -> per-token 'replaced' logits [batch, length] (float32)."""
@@ -356,8 +396,10 @@ class Electra(nn.Module):
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):
     """Runs both towers (used to initialise every parameter)."""
-    gen = (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic=deterministic)
-           if self.with_generator else None)
+    gen = None
+    if self.with_generator:
+      method = self.generator_logits_and_baseline if self.generator_baseline else self.generator_logits
+      gen = method(input_ids, segment_ids, input_mask, positions, deterministic=deterministic)
     if self.discriminator_head == 'rtd':
       return gen, self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic=deterministic)
     return gen, self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions,

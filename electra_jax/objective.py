@@ -5,21 +5,24 @@ loss = gen_weight * generator MLM cross-entropy (selected positions)
 The generator's samples pass through `stop_gradient`: no gradient flows from the discriminator into the generator.
 
 `OBJECTIVES` maps `config.objective.name` to the loss function and to what it needs of the model (the train
-step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2).
+step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2), and
+'electra_adversarial' (a generator trained by reinforcement learning to fool the discriminator, appendix F).
+`two_stage_loss` is ELECTRA's loss under `objective.two_stage_generator_steps` (the train step switches to it).
 
 Randomness is drawn per example row: row r's masking, Gumbel noise and dropout come from fold_in(key, r), never
 from the other rows, so a batch split into micro-batches (gradient accumulation) draws exactly what it would whole.
 """
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from electra_jax import masking
-from electra_jax.config import ConfigError, ObjectiveConfig
+from electra_jax.config import ConfigError, ModelConfig, ObjectiveConfig
+from electra_jax.model import Electra
 
 # A metric is (numerator, denominator), summed over steps and divided only when logged.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -58,15 +61,21 @@ def draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vo
   return Draws(masked, _per_row(sample_rng, rows), rows), (gen_rng, disc_rng)
 
 
-def sample_replacements(rng, logits, targets, config: ObjectiveConfig):
-  """Gumbel-argmax samples [batch, P] from generator logits [batch, P, vocab] at temperature T."""
-  logits = jax.lax.stop_gradient(logits)
+def sampling_logits(logits, targets, config: ObjectiveConfig):
+  """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's at temperature T,
+  all zero with `uniform_generator`, the original token (`targets` [batch, P]) pushed out with `disallow_correct`."""
   if config.uniform_generator:
     logits = jnp.zeros_like(logits)
   if config.disallow_correct:
     logits = logits - 1000.0 * jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
+  return logits / config.temperature
+
+
+def sample_replacements(rng, logits, targets, config: ObjectiveConfig):
+  """Gumbel-argmax samples [batch, P] from generator logits [batch, P, vocab] at temperature T."""
+  logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config))
   gumbel = jax.random.gumbel(rng, logits.shape, logits.dtype)
-  return jnp.argmax(logits / config.temperature + gumbel, axis=-1).astype(targets.dtype)
+  return jnp.argmax(logits + gumbel, axis=-1).astype(targets.dtype)
 
 
 def sample_rows(keys, logits, targets, config: ObjectiveConfig):
@@ -128,38 +137,57 @@ def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: mas
   full batch, passed to the model for its dropout)."""
   gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
   row_kwargs = {} if rows is None else {'rows': rows}
-  input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
-  gen_logits = apply_fn(params, masked.input_ids, segment_ids, input_mask, masked.positions,
+  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
                         deterministic=deterministic, method='generator_logits', rngs={'dropout': gen_rng},
                         **row_kwargs)
-  gen_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets)
+  detection = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic,
+                      rng=disc_rng, row_kwargs=row_kwargs, selected_only=selected_only)
+  return _sums(masked, gen_logits, detection)
 
+
+class Detection(NamedTuple):
+  """The generator's samples and the discriminator's verdict on the corrupted batch."""
+  samples: jax.Array  # [batch, P] the sampled replacements
+  labels: jax.Array  # [batch, length] float32, 1 where the corrupted token differs from the original
+  disc_logits: jax.Array  # [batch, length] float32 'replaced' logits
+  token_weights: jax.Array  # [batch, length] float32, the tokens the discriminator loss counts
+
+
+def _detect(apply_fn, params, batch, masked: masking.Masked, sample, gen_logits, *, deterministic: bool, rng,
+            row_kwargs, selected_only: bool) -> Detection:
+  """Samples replacements from `gen_logits`, corrupts the batch with them and runs the discriminator on it."""
+  input_ids, input_mask = batch['input_ids'], batch['input_mask']
   samples = sample(gen_logits)
   corrupted = masking.scatter(input_ids, masked.positions,
                               jnp.where(masked.weights > 0, samples, masked.targets))
   # A sample equal to the original is labelled real, as in the paper.
   labels = ((corrupted != input_ids) & (input_mask > 0)).astype(jnp.float32)
-  disc_logits = apply_fn(params, corrupted, segment_ids, input_mask, deterministic=deterministic,
-                         method='discriminator_logits', rngs={'dropout': disc_rng}, **row_kwargs)
+  disc_logits = apply_fn(params, corrupted, batch['segment_ids'], input_mask, deterministic=deterministic,
+                         method='discriminator_logits', rngs={'dropout': rng}, **row_kwargs)
   if selected_only:  # ELECTRA 15%: the discriminator learns only from the selected positions
     token_weights = masking.scatter(jnp.zeros(input_ids.shape, jnp.float32), masked.positions, masked.weights)
   else:
     token_weights = (input_mask > 0).astype(jnp.float32)
-  predicted = (disc_logits > 0).astype(jnp.float32) * token_weights
-  prob = jax.nn.sigmoid(disc_logits) * token_weights
+  return Detection(samples, labels, disc_logits, token_weights)
+
+
+def _sums(masked: masking.Masked, gen_logits, d: Detection) -> dict[str, jax.Array]:
+  gen_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets)
+  predicted = (d.disc_logits > 0).astype(jnp.float32) * d.token_weights
+  prob = jax.nn.sigmoid(d.disc_logits) * d.token_weights
   return {
       'gen_xent': jnp.sum(gen_losses * masked.weights),
       'selected': jnp.sum(masked.weights),
       'gen_correct': jnp.sum((jnp.argmax(gen_logits, -1) == masked.targets) * masked.weights),
-      'sampled_original': jnp.sum((samples == masked.targets) * masked.weights),
-      'disc_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(disc_logits, labels) * token_weights),
-      'tokens': jnp.sum(token_weights),
-      'disc_correct': jnp.sum((predicted == labels) * token_weights),
+      'sampled_original': jnp.sum((d.samples == masked.targets) * masked.weights),
+      'disc_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels) * d.token_weights),
+      'tokens': jnp.sum(d.token_weights),
+      'disc_correct': jnp.sum((predicted == d.labels) * d.token_weights),
       'predicted': jnp.sum(predicted),
-      'true_positives': jnp.sum(predicted * labels),
-      'replaced': jnp.sum(labels),
-      'replaced_prob': jnp.sum(prob * labels),
-      'original_prob': jnp.sum(prob * (1.0 - labels)),
+      'true_positives': jnp.sum(predicted * d.labels),
+      'replaced': jnp.sum(d.labels),
+      'replaced_prob': jnp.sum(prob * d.labels),
+      'original_prob': jnp.sum(prob * (1.0 - d.labels)),
   }
 
 
@@ -271,12 +299,95 @@ def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Object
                 'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
 
 
+def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, config: ObjectiveConfig,
+                   special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """ELECTRA trained in two stages (paper section 3.2): `electra_loss` with the loss switched by `step`.
+
+  Before step n = config.two_stage_generator_steps the loss is gen_weight * generator MLM loss alone; from step n
+  on it is disc_weight * discriminator loss alone. `step` is a traced scalar (the train state's), so one compiled
+  step serves both stages; both towers run in both (the metrics stay those of `electra_loss`). Initialising the
+  discriminator from the generator at step n and freezing the tower that does not train are the train step's
+  (`electra_jax.train_step.two_stage_params`, `two_stage_updates`).
+  """
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs)
+  _, metrics = loss_and_metrics(sums, config)
+  gen_loss, disc_loss = metrics['gen_loss'][0], metrics['disc_loss'][0]
+  loss = jnp.where(step < config.two_stage_generator_steps, config.gen_weight * gen_loss,
+                   config.disc_weight * disc_loss)
+  metrics['loss'] = (loss, jnp.ones((), jnp.float32))
+  return loss, metrics
+
+
+def electra_adversarial_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+                             special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+  """Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's loss (paper,
+  appendix F); see `adversarial_loss`."""
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  return adversarial_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
+                          rngs=rngs)
+
+
+def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                     sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
+                     deterministic: bool = False, rngs=None):
+  """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`).
+
+  What the paper's appendix F describes, per selected position t (weights w_t, mean over the selected ones):
+  - reward R_t: the discriminator's loss on the token there, -log D(correct label) = sigmoid cross-entropy of its
+    logit against its label (replaced, or real when the sample equals the original). The paper assumes D's
+    verdict at t depends on no other replacement, so each sample is credited with its own position's reward
+    alone; the tokens that were not selected do not count.
+  - baseline b_t = -log sigmoid(z_t), z_t a learned logit on the generator's encoder output at t (the model's
+    `generator/adversarial_baseline`), trained by cross-entropy to match the reward: its target probability is
+    exp(-R_t), D's probability of the correct label.
+  - generator: the REINFORCE gradient of E[R], one sample per position: the surrogate
+        policy_loss = -mean_t[log p_G(x^_t) * (R_t - b_t)],  R_t and b_t under stop_gradient,
+    where p_G is the distribution the sample was drawn from (softmax of the logits at temperature T). It replaces
+    the MLM loss ("instead of maximum likelihood"): gen_loss stays a metric but is not trained.
+  - loss = gen_weight * (policy_loss + baseline_loss) + disc_weight * disc_loss, disc_loss exactly ELECTRA's
+    (the samples pass through stop_gradient; the reward sends nothing into the discriminator).
+  """
+  gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
+  gen_logits, baseline_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'],
+                                         masked.positions, deterministic=deterministic,
+                                         method='generator_logits_and_baseline', rngs={'dropout': gen_rng})
+  d = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic, rng=disc_rng,
+              row_kwargs={}, selected_only=False)
+  _, metrics = loss_and_metrics(_sums(masked, gen_logits, d), config)
+  disc_xent = optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels)
+  reward = jax.lax.stop_gradient(jnp.take_along_axis(disc_xent, masked.positions, axis=1))  # [batch, P]
+  baseline = -jax.nn.log_sigmoid(baseline_logits)
+  log_probs = jax.nn.log_softmax(sampling_logits(gen_logits, masked.targets, config))
+  sample_log_prob = jnp.take_along_axis(log_probs, d.samples[..., None], axis=-1)[..., 0]
+  policy_loss = -weighted_mean(sample_log_prob * (reward - jax.lax.stop_gradient(baseline)), masked.weights)
+  baseline_loss = weighted_mean(optax.sigmoid_binary_cross_entropy(baseline_logits, jnp.exp(-reward)),
+                                masked.weights)
+  loss = config.gen_weight * (policy_loss + baseline_loss) + config.disc_weight * metrics['disc_loss'][0]
+  one = jnp.ones((), jnp.float32)
+  selected = jnp.sum(masked.weights)
+  metrics.update({
+      'loss': (loss, one),
+      'policy_loss': (policy_loss, one),
+      'baseline_loss': (baseline_loss, one),
+      'reward': (jnp.sum(reward * masked.weights), selected),
+      'baseline': (jnp.sum(jax.lax.stop_gradient(baseline) * masked.weights), selected),
+  })
+  return loss, metrics
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
   loss: Callable[..., Any]  # (apply_fn, params, batch, rng, *, config, special, vocab_size) -> (loss, Metrics)
   with_generator: bool = True
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
+  generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
+
+  def model(self, config: ModelConfig) -> Electra:
+    """The model this objective trains."""
+    return Electra(config, with_generator=self.with_generator, discriminator_head=self.discriminator_head,
+                   generator_baseline=self.generator_baseline)
 
 
 OBJECTIVES = {
@@ -285,6 +396,7 @@ OBJECTIVES = {
     'replace_mlm': Objective(replace_mlm_loss, discriminator_head='mlm'),
     'all_tokens_mlm': Objective(all_tokens_mlm_loss, discriminator_head='mlm_copy'),
     'mlm': Objective(mlm_loss, with_generator=False, discriminator_head='mlm'),
+    'electra_adversarial': Objective(electra_adversarial_loss, generator_baseline=True),
 }
 
 

@@ -15,9 +15,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
+from flax import traverse_util
 
 from electra_jax import masking, objective, optimizer, sharding
-from electra_jax.config import ObjectiveConfig, TrainConfig
+from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra
 
 
@@ -39,19 +40,65 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   """
   rng = jax.random.fold_in(rng, state.step)
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
+  two_stage = config.two_stage_generator_steps > 0
+  loss = objective.get(config.name).loss
+  params = state.params
+  if two_stage:  # checked in config.load: the electra objective, a same-size generator, no accumulation
+    params = two_stage_params(params, state.step, config.two_stage_generator_steps, model.config)
+    loss = functools.partial(objective.two_stage_loss, step=state.step)
   if grad_accum_steps == 1:
-    loss_fn = functools.partial(objective.get(config.name).loss, apply_fn, batch=batch, rng=rng, config=config,
-                                special=special, vocab_size=model.config.vocab_size)
-    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    loss_fn = functools.partial(loss, apply_fn, batch=batch, rng=rng, config=config, special=special,
+                                vocab_size=model.config.vocab_size)
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
   else:  # ELECTRA only (checked in config.load): its loss is a ratio of sums that micro-batches can share
-    grads, metrics = accumulate_gradients(apply_fn, state.params, batch, rng, config=config, special=special,
+    grads, metrics = accumulate_gradients(apply_fn, params, batch, rng, config=config, special=special,
                                           vocab_size=model.config.vocab_size, steps=grad_accum_steps)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+  updates, opt_state = tx.update(grads, state.opt_state, params)
+  if two_stage:
+    updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
+  params = optax.apply_updates(params, updates)
   one = jnp.ones((), jnp.float32)
   metrics['grad_norm'] = (optax.tree.norm(grads), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def two_stage_params(params, step, n: int, model_config: ModelConfig):
+  """At step n of two-stage training, the discriminator initialised from the trained generator; else `params`.
+
+  Every generator weight with a discriminator counterpart of the same shape is copied: the encoder, the
+  embeddings_project (when the discriminator has one and so does the generator) and, with tying='none', the
+  generator's own embeddings into the discriminator's when they are as wide (E = H). The heads differ and stay.
+  With tying='embeddings' the shared embeddings already are the generator's. Chosen by `step` (traced) with
+  jnp.where, so the same compiled step runs before, at and after n and a resumed run does the same.
+  """
+  pairs = [(('generator', 'encoder'), ('discriminator', 'encoder')),
+           (('generator', 'embeddings_project'), ('discriminator', 'embeddings_project'))]
+  if model_config.tying == 'none':
+    pairs.append((('generator', 'embeddings'), ('embeddings',)))
+  flat = traverse_util.flatten_dict(params)
+  at_n = step == n
+  for source, target in pairs:
+    for path, value in list(flat.items()):
+      copy = target + path[len(source):]
+      if path[:len(source)] == source and copy in flat and flat[copy].shape == value.shape:
+        flat[copy] = jnp.where(at_n, value, flat[copy])
+  return traverse_util.unflatten_dict(flat)
+
+
+def two_stage_updates(updates, step, n: int, model_config: ModelConfig):
+  """Optimiser updates with the tower that does not train zeroed: before step n the discriminator's (and, with
+  tying='none', the embeddings, which are then the discriminator's alone), from step n on the generator's.
+
+  Zeroing the gradient would not do: Adam's momentum and the weight decay would still move the frozen weights.
+  """
+  frozen_before = ('discriminator', 'embeddings') if model_config.tying == 'none' else ('discriminator',)
+  generator_stage = step < n
+
+  def freeze(part, tree):
+    frozen = generator_stage if part in frozen_before else (~generator_stage if part == 'generator' else False)
+    return jax.tree.map(lambda u: jnp.where(frozen, jnp.zeros_like(u), u), tree)
+  return {part: freeze(part, tree) for part, tree in updates.items()}
 
 
 def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
@@ -101,8 +148,7 @@ class Pretraining:
 
   def __post_init__(self):
     c = self.config
-    spec = objective.get(c.objective.name)
-    self.model = Electra(c.model, with_generator=spec.with_generator, discriminator_head=spec.discriminator_head)
+    self.model = objective.get(c.objective.name).model(c.model)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
         self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))

@@ -64,6 +64,8 @@ def test_int_is_accepted_for_float():
     {'mesh__shape': (-1, -1, 1)},
     {'mesh__shape': (8, 1)},
     {'batch_size': 0},
+    {'model__tying': 'encoder'},
+    {'model__tying': 'all'},  # with the default generator, a quarter of the discriminator's width
 ])
 def test_invalid_values(overrides):
   with pytest.raises(config_lib.ConfigError):
@@ -125,3 +127,32 @@ def test_paper_configs(name, expected):
       1.0, 50.0, 0.85, 0.0, 1.0)
   assert not obj.disallow_correct and not obj.uniform_generator
   assert c.data.vocab_size == 30522
+
+
+SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminator: 4 heads = 256 // 64, FFN 4 H
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'objective__name': 'electra_adversarial', 'grad_accum_steps': 2}, 'objective.name=electra only'),
+    ({'objective__name': 'electra_adversarial', 'objective__uniform_generator': True}, 'no generator to train'),
+    ({'objective__two_stage_generator_steps': 100}, 'must be the same size'),  # default generator: H / 4
+    ({'objective__two_stage_generator_steps': 100, 'model__num_heads': 8, **SAME_SIZE}, 'must be the same size'),
+    ({'objective__two_stage_generator_steps': 100, 'model__tying': 'all', **SAME_SIZE}, 'model.tying=all'),
+    ({'objective__two_stage_generator_steps': 100, 'objective__name': 'replace_mlm', **SAME_SIZE},
+     'schedule of the electra objective'),
+    ({'objective__two_stage_generator_steps': 100, 'grad_accum_steps': 2, **SAME_SIZE}, 'grad_accum_steps > 1'),
+    ({'objective__two_stage_generator_steps': -1}, '>= 0'),
+])
+def test_variant_errors(overrides, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.load(_values(**overrides), vocab_size=100)
+
+
+@pytest.mark.parametrize('overrides', [
+    {'objective__name': 'electra_adversarial', 'model__tying': 'none'},
+    {'objective__two_stage_generator_steps': 100, 'model__tying': 'none', **SAME_SIZE},
+    {'objective__two_stage_generator_steps': 100, **SAME_SIZE},
+    {'model__tying': 'all', **SAME_SIZE},
+])
+def test_variants_load(overrides):
+  config_lib.load(_values(**overrides), vocab_size=100)

@@ -249,6 +249,20 @@ def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):
     np.testing.assert_array_equal(np.asarray(flat_back[path]), value, err_msg='/'.join(path))
 
 
+def test_export_refuses_untied_or_fully_tied_generators(tmp_path, capsys):
+  """HF's generator shares exactly the embeddings: a workdir trained with another model.tying is refused."""
+  for tying in ('none', 'all'):
+    section = {**MODEL_SECTION, 'tying': tying}
+    if tying == 'all':
+      section.update(generator_hidden_fraction=1.0, generator_layers_fraction=1.0)
+    random_workdir(tmp_path / tying, section)
+    with pytest.raises(SystemExit) as exit_info:
+      convert.main(['--checkpoint', str(tmp_path / tying), '--to-hf', str(tmp_path / f'hf_{tying}')])
+    assert exit_info.value.code == 1
+    assert f"model.tying='{tying}'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / f'hf_{tying}')
+
+
 @pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   disc, gen, config, params = imported['disc'], imported['gen'], imported['config'], imported['params']

@@ -14,6 +14,8 @@ per token) outweigh the extra backward pass it counts, so it is NOT within 10% o
 test asserts the ratio it really has.
 """
 
+import dataclasses
+
 import pytest
 
 from electra_jax import flops
@@ -91,7 +93,24 @@ def test_objectives():
   # BERT: no generator at all.
   assert per_seq('mlm') == L * (12 * DISC_LAYER + DISC_PROJECTION) + P * disc_mlm_head
   assert flops.pretraining_flops_per_step(SMALL, B, L, P, 'mlm') == 3 * B * per_seq('mlm')
+  # Adversarial ELECTRA: ELECTRA plus the REINFORCE baseline, dense(H_g -> 1) at the P positions.
+  assert per_seq('electra_adversarial') == FORWARD_PER_SEQUENCE + P * 2 * 64
   with pytest.raises(ValueError, match='objective'):
     per_seq('bert')
   with pytest.raises(ValueError, match='convention'):
     flops.inference_flops_per_token(SMALL, L, convention='tf')
+
+
+def test_tying():
+  per_seq = lambda model: flops.pretraining_forward_flops_per_sequence(model, L, P)
+  # 'none': the generator's own embeddings are H_g = 64 wide, so no E -> H_g projection, and its MLM head is
+  # dense 64 -> 64 then the 64 -> V projection against its own table.
+  untied_head = 2 * 64 * 64 + 2 * 64 * 30522
+  none = dataclasses.replace(SMALL, tying='none')
+  assert per_seq(none) == FORWARD_PER_SEQUENCE - L * 2 * 128 * 64 - P * GEN_MLM_HEAD + P * untied_head
+  # 'all' (a same-size generator): the generator runs the discriminator's encoder and projection (not a
+  # 4-head, 4 H FFN copy of its own: the same here), with its MLM head dense 256 -> 128, 128 -> V.
+  same = dataclasses.replace(SMALL, generator_hidden_fraction=1.0)
+  disc_encoder = 12 * DISC_LAYER + DISC_PROJECTION
+  assert per_seq(dataclasses.replace(same, tying='all')) == per_seq(same) == (
+      L * (DISC_PER_TOKEN + disc_encoder) + P * (2 * 256 * 128 + 2 * 128 * 30522))

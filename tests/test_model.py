@@ -118,27 +118,39 @@ def np_tower(params, tower, embedded, num_heads):
 
 
 def np_electra(params, ids, segments, positions, config):
-  """One unpadded sequence -> (generator logits at `positions` [P, V], discriminator logits [n])."""
+  """One unpadded sequence -> (generator logits at `positions` [P, V], discriminator logits [n]).
+
+  config.tying: 'none' reads the generator's own embeddings (its head ties to its own table), 'all' runs the
+  generator's head on the discriminator's encoder.
+  """
   params = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
-  emb = params['embeddings']
-  x = (emb['word_embeddings']['embedding'][ids] + emb['position_embeddings']['embedding'][:len(ids)]
-       + emb['token_type_embeddings']['embedding'][segments])
-  x = np_layer_norm(x, emb['LayerNorm'])
-  gen = np_tower(params, 'generator', x, config.tower(True).num_heads)[positions]
+
+  def embed(emb):
+    x = (emb['word_embeddings']['embedding'][ids] + emb['position_embeddings']['embedding'][:len(ids)]
+         + emb['token_type_embeddings']['embedding'][segments])
+    return np_layer_norm(x, emb['LayerNorm'])
+  gen_emb = params['generator']['embeddings'] if config.tying == 'none' else params['embeddings']
+  gen_tower = 'discriminator' if config.tying == 'all' else 'generator'
+  gen = np_tower(params, gen_tower, embed(gen_emb), config.tower(True).num_heads)[positions]
   head = params['generator']['generator_predictions']
   gen = np_layer_norm(np_gelu(np_dense(gen, head['dense'])), head['LayerNorm'])
-  gen_logits = gen @ emb['word_embeddings']['embedding'].T + params['generator']['generator_lm_head']['bias']
-  disc = np_tower(params, 'discriminator', x, config.tower(False).num_heads)
+  gen_logits = gen @ gen_emb['word_embeddings']['embedding'].T + params['generator']['generator_lm_head']['bias']
+  disc = np_tower(params, 'discriminator', embed(params['embeddings']), config.tower(False).num_heads)
   head = params['discriminator']['discriminator_predictions']
   disc_logits = np_dense(np_gelu(np_dense(disc, head['dense'])), head['dense_prediction'])[:, 0]
   return gen_logits, disc_logits
 
 
-@pytest.mark.parametrize('embedding_size, fraction', [(16, 0.5), (32, 0.5)])
-def test_matches_numpy_reference(embedding_size, fraction):
+@pytest.mark.parametrize('embedding_size, fraction, tying', [
+    (16, 0.5, 'embeddings'), (32, 0.5, 'embeddings'),
+    (16, 0.25, 'none'),  # the generator's own tables are 8 wide (its hidden size), the shared ones 16
+    (16, 1.0, 'all'),  # one encoder, with its 16 -> 32 projection, run by both heads
+])
+def test_matches_numpy_reference(embedding_size, fraction, tying):
   """Both towers equal the numpy ELECTRA; padded rows equal the reference run on their real tokens alone."""
   config = ModelConfig(vocab_size=V, embedding_size=embedding_size, hidden_size=H, num_layers=2, num_heads=2,
-                       intermediate_size=64, generator_hidden_fraction=fraction, max_position_embeddings=32)
+                       intermediate_size=64, generator_hidden_fraction=fraction, max_position_embeddings=32,
+                       tying=tying)
   params = _random_params(config, seed=1)
   ids, segments, mask, positions = _inputs(lengths=(16, 11))
   gen_logits, disc_logits = map(np.asarray, _forward(config)(params, ids, segments, mask, positions))
@@ -146,6 +158,86 @@ def test_matches_numpy_reference(embedding_size, fraction):
     ref_gen, ref_disc = np_electra(params, ids[row, :n], segments[row, :n], positions[row], config)
     np.testing.assert_allclose(disc_logits[row, :n], ref_disc, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(gen_logits[row], ref_gen, rtol=1e-4, atol=1e-4)
+
+
+def _shapes(config, **fields):
+  ids, segments, mask, positions = _inputs()
+  shapes = jax.eval_shape(model_lib.Electra(config, **fields).init, jax.random.PRNGKey(0), ids, segments, mask,
+                          positions)['params']
+  return {name: s.shape for name, s in _paths(nn.meta.unbox(shapes)).items()}
+
+
+def test_tying_parameter_trees():
+  """'embeddings' is the default tree; 'none' adds the generator's own embeddings; 'all' leaves one encoder."""
+  same_size = dict(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=2, num_heads=2, intermediate_size=128,
+                   generator_hidden_fraction=1.0, max_position_embeddings=32)
+  quarter = {**same_size, 'generator_hidden_fraction': 0.25}
+  assert ModelConfig().tying == 'embeddings'  # the tree the other tests, checkpoints and convert.py know
+
+  tied, untied = (_shapes(ModelConfig(**quarter, tying=t)) for t in ('embeddings', 'none'))
+  own = {n: s for n, s in untied.items() if n.startswith('generator/embeddings/')}
+  # Its own tables are as wide as the generator (H / 4 = 8, official `untied_generator_embeddings`), so it needs
+  # no embeddings_project; the rest of the tree is the tied one.
+  assert own == {'generator/embeddings/word_embeddings/embedding': (V, 8),
+                 'generator/embeddings/position_embeddings/embedding': (32, 8),
+                 'generator/embeddings/token_type_embeddings/embedding': (2, 8),
+                 'generator/embeddings/LayerNorm/scale': (8,), 'generator/embeddings/LayerNorm/bias': (8,)}
+  assert tied['generator/embeddings_project/kernel'] == (E, 8)
+  assert untied['generator/generator_predictions/dense/kernel'] == (8, 8)  # its head maps to its own width
+  assert ({n: s for n, s in untied.items() if n not in own and 'generator_predictions' not in n}
+          == {n: s for n, s in tied.items() if 'generator/embeddings_project' not in n
+              and 'generator_predictions' not in n})
+
+  # 'all' against the same-size generator tied by its embeddings: the generator's encoder and projection go.
+  embeddings_only, everything = (_shapes(ModelConfig(**same_size, tying=t)) for t in ('embeddings', 'all'))
+  gone = {n: s for n, s in embeddings_only.items() if n not in everything}
+  assert everything.keys() <= embeddings_only.keys()
+  assert {n.split('/')[1] for n in gone} == {'encoder', 'embeddings_project'}
+  assert all(n.startswith('generator/') for n in gone)
+  assert sorted({n.split('/')[1] for n in everything if n.startswith('generator/')}) == [
+      'generator_lm_head', 'generator_predictions']
+  assert sorted({n.split('/')[0] for n in everything if '/encoder/' in n}) == ['discriminator']
+  count = lambda shapes: sum(math.prod(s) for s in shapes.values())
+  # A same-size generator (FFN 4 H = 128, as the discriminator here): exactly one encoder (and projection) less.
+  disc_encoder = count({n: s for n, s in everything.items() if n.startswith('discriminator/encoder/')})
+  disc_project = count({n: s for n, s in everything.items() if n.startswith('discriminator/embeddings_project/')})
+  assert count(everything) == count(embeddings_only) - disc_encoder - disc_project
+
+
+def test_tying_decides_what_each_tower_reads():
+  """'none': the generator reads only its own embeddings and the discriminator only the top-level ones; 'all':
+  the discriminator's encoder changes the generator's logits."""
+  ids, segments, mask, positions = _inputs()
+  changed = lambda a, b: np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-4
+  for tying, fraction in (('none', 0.5), ('all', 1.0)):
+    config = ModelConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=1, num_heads=2,
+                         intermediate_size=64, generator_hidden_fraction=fraction, max_position_embeddings=32,
+                         tying=tying)
+    params = _random_params(config, seed=4)
+    forward = lambda p, config=config: _forward(config)(p, ids, segments, mask, positions)
+    gen, disc = forward(params)
+    if tying == 'none':
+      gen_e, disc_e = forward(_perturb(params, ('embeddings',)))
+      assert changed(disc, disc_e)
+      np.testing.assert_array_equal(gen, gen_e)
+      gen_g, disc_g = forward(_perturb(params, ('generator', 'embeddings')))
+      assert changed(gen, gen_g)
+      np.testing.assert_array_equal(disc, disc_g)
+    else:
+      gen_d, disc_d = forward(_perturb(params, ('discriminator', 'encoder')))
+      assert changed(gen, gen_d) and changed(disc, disc_d)
+      gen_h, disc_h = forward(_perturb(params, ('discriminator', 'discriminator_predictions')))
+      np.testing.assert_array_equal(gen, gen_h)
+      assert changed(disc, disc_h)
+
+
+@pytest.mark.parametrize('fraction, layers', [(0.5, 1.0), (1.0, 0.5)])
+def test_tying_all_needs_a_same_size_generator(fraction, layers):
+  with pytest.raises(config_lib.ConfigError, match='generator_hidden_fraction=1'):
+    ModelConfig(hidden_size=H, num_heads=2, generator_hidden_fraction=fraction, generator_layers_fraction=layers,
+                tying='all')
+  with pytest.raises(config_lib.ConfigError, match="'embeddings', 'none', 'all'"):
+    ModelConfig(tying='generator')
 
 
 def test_one_shared_word_embedding_table(params):

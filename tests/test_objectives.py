@@ -11,6 +11,7 @@ The stub generator (test_objective._gen_logits_from_targets) at T = 1e-3 samples
 import functools
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +19,7 @@ import optax
 import pytest
 
 from electra_jax import config as config_lib
-from electra_jax import objective, train_step
+from electra_jax import masking, objective, train_step
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from test_objective import SPECIAL, V, _batch, _gen_logits_from_targets
@@ -128,7 +129,8 @@ def test_mlm_no_generator(mask_token_prob, expected):
 
 
 def test_registry():
-  assert set(objective.OBJECTIVES) == {'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm'}
+  assert set(objective.OBJECTIVES) == {'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm',
+                                       'electra_adversarial'}
   assert objective.get('electra').loss is objective.electra_loss
   assert ObjectiveConfig().name == 'electra'
   with pytest.raises(config_lib.ConfigError, match='all_tokens_mlm'):
@@ -180,3 +182,116 @@ def test_objectives_with_the_real_model(name):
   loss, _ = jax.jit(functools.partial(spec.loss, apply_fn, config=config, special=SPECIAL, vocab_size=V))(
       params, batch, jax.random.PRNGKey(1))
   assert np.isfinite(float(loss)) and float(loss) > 0
+
+
+# Adversarial ELECTRA on the example batch, with every selection fixed by hand: row 0 selects positions 1, 2, 3
+# (one padding slot), row 1 positions 1, 2 (two padding slots). The samples are the stub generator's argmax
+# (5 -> 6, 6 -> 5, 7 -> 7), so the corruption and the labels are those above.
+DISC_LOGITS = jnp.array([[1, 1, -1, 1, -1, 5, 5, 5], [-1, 1, 1, -1, 5, 5, 5, 5]], jnp.float32)
+POSITIONS = np.array([[1, 2, 3, 0], [1, 2, 0, 0]], np.int32)
+WEIGHTS = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.float32)
+
+
+def _masked():
+  targets = np.take_along_axis(IDS, POSITIONS, axis=1)
+  shown = np.where(WEIGHTS > 0, 4, targets)  # [MASK]
+  masked_ids = IDS.copy()
+  np.put_along_axis(masked_ids, POSITIONS, shown, axis=1)
+  return masking.Masked(*map(jnp.asarray, (masked_ids, POSITIONS, targets, WEIGHTS)))
+
+
+def _differentiable_stub(params, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method,
+                         rngs):
+  """Generator logits = the stub's + params['gen'] [2, 4, V]; baseline logits params['baseline'] [2, 4];
+  discriminator logits DISC_LOGITS + params['disc'] [2, 8]."""
+  del segment_ids, input_mask, deterministic, rngs
+  if method in ('generator_logits', 'generator_logits_and_baseline'):
+    logits = _gen_logits_from_targets(jnp.take_along_axis(jnp.asarray(IDS), positions, axis=1)) + params['gen']
+    return (logits, params['baseline']) if method == 'generator_logits_and_baseline' else logits
+  assert method == 'discriminator_logits'
+  np.testing.assert_array_equal(np.asarray(input_ids), CORRUPTED)
+  return DISC_LOGITS + params['disc']
+
+
+def test_adversarial_reinforce_gradient_by_hand():
+  # Rewards R = the discriminator's loss on each selected token, s = log(1 + e^-1):
+  #   row 0: pos 1 logit  1 label 1 -> s;   pos 2 logit -1 label 1 -> 1 + s;   pos 3 logit 1 label 0 -> 1 + s
+  #   row 1: pos 1 logit  1 label 0 -> 1 + s;   pos 2 logit 1 label 1 -> s
+  # Baseline logits z = 0: b = -log sigmoid(0) = log 2, so the advantage is A = R - log 2.
+  # Every sample has p = 1/2 (the stub's most likely token): policy_loss = -mean(log(1/2) A) = log 2 mean(A).
+  # d policy_loss / d logits = -(1/5) A (onehot(sample) - p): -A/10 at the sample, +A p_v / 5 elsewhere.
+  # The baseline's cross-entropy against exp(-R) is log 2 at z = 0 whatever the target; its gradient
+  # (sigmoid(z) - exp(-R)) / 5. Both are scaled by gen_weight = 2. The MLM loss is not trained: gen_loss is a
+  # metric only. The discriminator's loss and gradient are exactly ELECTRA's.
+  s = math.log(1 + math.exp(-1))
+  reward = np.array([[s, 1 + s, 1 + s, 0], [1 + s, s, 0, 0]])
+  advantage = (reward - LOG2) * WEIGHTS
+  params = {'gen': jnp.zeros((2, 4, V)), 'baseline': jnp.zeros((2, 4)), 'disc': jnp.zeros((2, 8))}
+  config = ObjectiveConfig(name='electra_adversarial', gen_weight=2.0)
+  batch = {k: jnp.asarray(v) for k, v in _batch(IDS).items()}
+  argmax = lambda logits: jnp.argmax(logits, -1).astype(jnp.int32)
+
+  def loss(p, fn):
+    return fn(_differentiable_stub, p, batch, _masked(), argmax, config=config)
+  (total, m), grads = jax.value_and_grad(functools.partial(loss, fn=objective.adversarial_loss), has_aux=True)(
+      params)
+
+  # The generator's distribution at each slot (the stub's docstring): target 5 or 6 -> 1/4 on it, 1/2 on the
+  # other, 1/24 elsewhere; target 7 -> 1/2 on 7, 1/4 on 5. Samples: 6, 5, 7 in row 0 and 7, 6 in row 1.
+  def probs(target, sample):
+    p = np.full(V, 1 / 24)
+    if target == 7:
+      p[7], p[5] = 0.5, 0.25
+    else:
+      p[target], p[sample] = 0.25, 0.5
+    return p
+  slots = {(0, 0): (5, 6), (0, 1): (6, 5), (0, 2): (7, 7), (1, 0): (7, 7), (1, 1): (5, 6)}
+  expected = np.zeros((2, 4, V))
+  for (row, slot), (target, sample) in slots.items():
+    expected[row, slot] = -2.0 / 5 * advantage[row, slot] * (np.eye(V)[sample] - probs(target, sample))
+  np.testing.assert_allclose(grads['gen'], expected, atol=1e-7)
+  np.testing.assert_allclose(grads['baseline'], 2.0 / 5 * (0.5 - np.exp(-reward)) * WEIGHTS, atol=1e-7)
+  policy = LOG2 * advantage.sum() / 5
+  np.testing.assert_allclose(m['policy_loss'][0], policy, rtol=1e-6)
+  np.testing.assert_allclose(m['baseline_loss'][0], LOG2, rtol=1e-6)
+  np.testing.assert_allclose(float(m['reward'][0]) / float(m['reward'][1]), (5 * s + 3) / 5, rtol=1e-6)
+  np.testing.assert_allclose(m['gen_loss'][0], 1.6 * LOG2, rtol=1e-6)  # measured, not trained
+  np.testing.assert_allclose(m['disc_loss'][0], s + 4 / 9, rtol=1e-6)
+  np.testing.assert_allclose(total, 2 * (policy + LOG2) + 50 * (s + 4 / 9), rtol=1e-6)
+
+  # The discriminator: d loss / d logit = 50 (sigmoid(logit) - label) / 9 on the 9 real tokens, as ELECTRA's.
+  labels = (np.asarray(CORRUPTED) != IDS).astype(np.float64)
+  hand = 50 / 9 * (1 / (1 + np.exp(-np.asarray(DISC_LOGITS))) - labels) * (IDS > 0)
+  np.testing.assert_allclose(grads['disc'], hand, rtol=1e-5, atol=1e-7)
+  electra = jax.grad(lambda p: loss(p, objective.replaced_token_loss)[0])(params)
+  np.testing.assert_allclose(grads['disc'], electra['disc'], rtol=1e-6, atol=1e-8)
+
+
+def test_adversarial_with_the_real_model():
+  """The model electra_adversarial declares has the baseline head; with the same rng (masks, samples) its
+  discriminator gradient is ELECTRA's, and the generator's REINFORCE gradient reaches the baseline too."""
+  spec = objective.get('electra_adversarial')
+  model = spec.model(ModelConfig(vocab_size=V, embedding_size=8, hidden_size=16, num_layers=1, num_heads=1,
+                                 intermediate_size=16, generator_hidden_fraction=0.5, dropout_rate=0.0,
+                                 attention_dropout_rate=0.0))
+  batch = {k: jnp.asarray(v) for k, v in _batch(IDS).items()}
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), batch['input_ids'], batch['segment_ids'],
+                                    batch['input_mask'], jnp.zeros((2, 4), jnp.int32))['params'])
+  assert set(params['generator']['adversarial_baseline']) == {'kernel', 'bias'}
+  apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
+
+  @jax.jit
+  def grads(p):
+    out = {}
+    for name in ('electra', 'electra_adversarial'):
+      loss = functools.partial(objective.get(name).loss, apply_fn, batch=batch, rng=jax.random.PRNGKey(1),
+                               config=ObjectiveConfig(name=name, mask_prob=0.6), special=SPECIAL, vocab_size=V)
+      out[name] = jax.grad(lambda q, loss=loss: loss(q)[0])(p), loss(p)[1]['disc_loss'][0]
+    return out
+  out = grads(params)
+  (electra, electra_disc), (adversarial, adversarial_disc) = out['electra'], out['electra_adversarial']
+  np.testing.assert_allclose(adversarial_disc, electra_disc, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8), adversarial['discriminator'],
+               electra['discriminator'])
+  assert np.any(np.asarray(adversarial['generator']['adversarial_baseline']['kernel']) != 0)
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(adversarial))

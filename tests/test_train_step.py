@@ -1,16 +1,19 @@
 """The jitted, sharded train step: metrics, learning, purity, rng folding, donation, shardings, big-config lowering."""
 
+import functools
 import importlib
 import math
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
 from configs import default
 from electra_jax import config as config_lib
-from electra_jax import optimizer, sharding
+from electra_jax import objective, optimizer, sharding, train_step
 from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
 
@@ -273,3 +276,83 @@ def test_paper_configs_lower(name, dims, paper_millions):
   assert count == _disc_params(30522, *dims)
   assert abs(count / 1e6 - paper_millions) / paper_millions < 0.04
   assert lowered.out_info[1]['loss'][0].shape == ()
+
+
+def _subtree(params, *path):
+  for key in path:
+    params = params[key]
+  return params
+
+
+def _equal(a, b):
+  return all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
+
+
+@pytest.mark.parametrize('tying, embedding_size', [('embeddings', 8), ('none', 16)])
+def test_two_stage_training(tying, embedding_size):
+  """objective.two_stage_generator_steps = 2: steps 0 and 1 train the generator alone (MLM), step 2 initialises
+  the discriminator from it, and from then on the generator is frozen bit for bit while the discriminator trains.
+
+  A same-size generator (H = 16, 1 head, FFN 4 H). tying='embeddings' with E = 8: both towers have an
+  embeddings_project, copied with the encoder; tying='none' with E = H = 16: the generator's own embeddings are
+  copied into the discriminator's (which stage 1 must not touch: they are the discriminator's alone). AdamW
+  with weight decay: masking the gradient alone would let momentum and decay move the frozen tower.
+  """
+  n, lr = 2, 1e-3
+  model_config = config_lib.ModelConfig(vocab_size=V, embedding_size=embedding_size, hidden_size=16, num_layers=1,
+                                        num_heads=1, intermediate_size=64, generator_hidden_fraction=1.0,
+                                        max_position_embeddings=32, dropout_rate=0.0, attention_dropout_rate=0.0,
+                                        tying=tying)
+  objective_config = config_lib.ObjectiveConfig(two_stage_generator_steps=n)
+  model = objective.get('electra').model(model_config)
+  tx, schedule = optimizer.make_optimizer(config_lib.OptimizerConfig(learning_rate=lr, warmup_steps=0), 100)
+  batch = {k: jnp.asarray(v) for k, v in _numpy_batch().items()}
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), batch['input_ids'], batch['segment_ids'],
+                               batch['input_mask'], jnp.zeros((B, 2), jnp.int32))['params']
+  state = train_step.TrainState(jnp.zeros((), jnp.int32), nn.meta.unbox(params), None)
+  state = state.replace(opt_state=tx.init(state.params))
+  step = jax.jit(functools.partial(train_step.train_step, model=model, tx=tx, schedule=schedule,
+                                   config=objective_config, special=SPECIAL))
+  history, metrics = [_host(state.params)], []
+  for _ in range(4):
+    state, m = step(state, batch, _rng())
+    history.append(_host(state.params))
+    metrics.append({k: _value(m, k) for k in ('loss', 'gen_loss', 'disc_loss')})
+
+  # Stage 1: the loss is the MLM loss; the discriminator (and with 'none' the top-level embeddings) stay put.
+  frozen_first = ('discriminator', 'embeddings') if tying == 'none' else ('discriminator',)
+  for s in (0, 1):
+    assert metrics[s]['loss'] == metrics[s]['gen_loss']
+    for part in frozen_first:
+      assert _equal(history[s + 1][part], history[0][part]), (s, part)
+    assert not _equal(history[s + 1]['generator']['encoder'], history[s]['generator']['encoder'])
+  if tying == 'embeddings':
+    assert not _equal(history[2]['embeddings'], history[0]['embeddings'])  # shared: trained by the generator
+
+  # At step 2 the discriminator is initialised from the generator: exactly, as two_stage_params computes ...
+  copies = [(('generator', 'encoder'), ('discriminator', 'encoder'))]
+  copies.append((('generator', 'embeddings_project'), ('discriminator', 'embeddings_project')) if tying ==
+                'embeddings' else (('generator', 'embeddings'), ('embeddings',)))
+  moved = train_step.two_stage_params(history[2], jnp.int32(n), n, model_config)
+  for source, target in copies:
+    assert _equal(_subtree(moved, *target), _subtree(history[2], *source)), target
+  assert _equal(moved['discriminator']['discriminator_predictions'],
+                history[2]['discriminator']['discriminator_predictions'])  # the heads differ: not copied
+  assert _equal(train_step.two_stage_params(history[2], jnp.int32(n - 1), n, model_config), history[2])
+  # ... and inside the jitted step, which then takes one Adam step of at most ~3.2 lr (no bias correction:
+  # 0.1 g / sqrt(0.001 g^2)) plus a negligible decay: the discriminator now sits by the generator, far from its
+  # own initial weights.
+  for source, target in copies:
+    gap = jax.tree.map(lambda a, b: np.max(np.abs(a - b)), _subtree(history[3], *target),
+                       _subtree(history[2], *source))
+    assert max(jax.tree.leaves(gap)) < 3.5 * lr, target
+  start = jax.tree.map(lambda a, b: np.max(np.abs(a - b)), history[3]['discriminator']['encoder'],
+                       history[0]['discriminator']['encoder'])
+  assert max(jax.tree.leaves(start)) > 20 * lr
+
+  # Stage 2: the loss is the discriminator's; the generator never moves again, the discriminator does.
+  for s in (2, 3):
+    np.testing.assert_allclose(metrics[s]['loss'], 50 * metrics[s]['disc_loss'], rtol=1e-6)
+  assert _equal(history[3]['generator'], history[2]['generator'])
+  assert _equal(history[4]['generator'], history[2]['generator'])
+  assert not _equal(history[4]['discriminator'], history[3]['discriminator'])

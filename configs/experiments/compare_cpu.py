@@ -30,8 +30,8 @@ def get_config():
   del config.pretrain.objective['name']
 
   # Per-run changes to `pretrain` (keys as in configs/default.py). A run name that is not an objective names a
-  # variant and must set objective.name, e.g. overrides.electra_t2 = {'objective': {'name': 'electra',
-  # 'temperature': 2.0}}. Add new entries here: the command line can only change existing ones.
+  # variant and must set objective.name, e.g. overrides.untied = {'objective': {'name': 'electra'},
+  # 'model': {'tying': 'none'}}. Add new entries here: the command line can only change existing ones.
   config.overrides = ml_collections.ConfigDict()
   # BERT's masking for the MLM baseline (paper section 3.2): 80% [MASK], 10% random token, 10% unchanged.
   config.overrides.mlm = {'objective': {'mask_token_prob': 0.8, 'random_token_prob': 0.1}}
