@@ -60,6 +60,7 @@ def tiny_config(grammar_corpus, cache_dir, task_dir):
   pretrain.mesh.shape = (1, 1, 1)
   config.finetune.update(batch_size=16, eval_batch_size=32, epochs=1.0, max_seq_length=32, max_train_examples=48)
   config.finetune.mesh.shape = (1, 1, 1)
+  config.objectives = ('electra', 'mlm')
   config.tasks = (task_dir,)
   config.seeds = 2
   return config
