@@ -23,29 +23,19 @@ from electra_jax.model import Electra, dense, gelu
 NEG = 1000.0  # subtracted from span logits outside [CLS] + context, as the official code does
 
 
-class ClassificationHead(nn.Module):
-  """[batch, length, H] -> {'logits': [batch, num_outputs]} from the [CLS] position."""
+class DenseHead(nn.Module):
+  """Dropout -> dense on the hidden states: at [CLS] ({'logits': [batch, num_outputs]}, classification and
+  regression) or at every token ({'logits': [batch, length, num_outputs]}, tagging)."""
   config: ModelConfig
   num_outputs: int
   dropout_rate: float
+  cls_only: bool
 
   @nn.compact
   def __call__(self, hidden, batch, *, train: bool):
     del batch
-    x = nn.Dropout(self.dropout_rate)(hidden[:, 0], deterministic=not train)
-    return {'logits': dense(self.num_outputs, self.config, ('embed', None), 'dense')(x).astype(jnp.float32)}
-
-
-class TaggingHead(nn.Module):
-  """[batch, length, H] -> {'logits': [batch, length, num_tags]}."""
-  config: ModelConfig
-  num_outputs: int
-  dropout_rate: float
-
-  @nn.compact
-  def __call__(self, hidden, batch, *, train: bool):
-    del batch
-    x = nn.Dropout(self.dropout_rate)(hidden, deterministic=not train)
+    x = hidden[:, 0] if self.cls_only else hidden
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     return {'logits': dense(self.num_outputs, self.config, ('embed', None), 'dense')(x).astype(jnp.float32)}
 
 
@@ -124,10 +114,8 @@ class Finetuner(Electra):
     super().setup()
     if self.kind == tasks.SQUAD:
       self.head = SquadHead(self.config, self.squad, self.squad_v2)
-    elif self.kind == tasks.TAGGING:
-      self.head = TaggingHead(self.config, self.num_outputs, self.head_dropout)
-    else:
-      self.head = ClassificationHead(self.config, self.num_outputs, self.head_dropout)
+    else:  # tagging: every token; classification and regression: [CLS]
+      self.head = DenseHead(self.config, self.num_outputs, self.head_dropout, cls_only=self.kind != tasks.TAGGING)
 
   def __call__(self, batch, *, train: bool = False):  # pylint: disable=arguments-differ
     """batch: input_ids, segment_ids, input_mask [batch, length] int32 (+ start_positions [batch] for SQuAD)."""
