@@ -56,15 +56,9 @@ def get_config():
   # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
   config.objective.two_stage_generator_steps = 0
 
-  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer = adam()
   config.optimizer.learning_rate = 5e-4  # Peak learning rate.
   config.optimizer.warmup_steps = 10000  # Linear warm-up steps (overlapping the linear decay).
-  config.optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.eps = 1e-6
-  config.optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
-  config.optimizer.bias_correction = False  # The official ELECTRA Adam has none.
 
   config.data = ml_collections.ConfigDict()
   # Text files (glob, directory, .gz ok), 'tfds:NAME[/CONFIG]', or a directory `python -m electra_jax.data build`
@@ -92,3 +86,15 @@ def get_config():
       ('token_embed', None),
   )
   return config
+
+
+def adam():
+  """The AdamW keys pre-training and fine-tuning share (`electra_jax.config.AdamConfig`)."""
+  optimizer = ml_collections.ConfigDict()
+  optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
+  optimizer.b1 = 0.9
+  optimizer.b2 = 0.999
+  optimizer.eps = 1e-6
+  optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
+  optimizer.bias_correction = False  # The official ELECTRA Adam has none.
+  return optimizer

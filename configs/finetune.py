@@ -34,16 +34,10 @@ def get_config():
   config.predict_input = ''  # --mode=predict: a file with one example per line ('-': stdin).
   config.predict_output = ''  # --mode=predict: where predictions go ('': stdout).
 
-  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer = default.adam()  # + weight_decay, b1, b2, eps, clip_norm, bias_correction
   config.optimizer.learning_rate = 0.0  # Peak learning rate; 0: the paper's for the model width.
   config.optimizer.layerwise_lr_decay = 0.0  # lr * decay^(L+2-depth); 0: the paper's (0.8, 0.9 large); 1: off.
   config.optimizer.warmup_fraction = 0.1  # Linear warm-up over this fraction of the steps, then linear decay to 0.
-  config.optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.eps = 1e-6
-  config.optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
-  config.optimizer.bias_correction = False  # The official ELECTRA Adam has none.
 
   config.squad = ml_collections.ConfigDict()
   config.squad.doc_stride = 128  # Tokens between the starts of a context's windows.
