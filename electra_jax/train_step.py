@@ -92,13 +92,12 @@ def two_stage_updates(updates, step, n: int, model_config: ModelConfig):
 
   Zeroing the gradient would not do: Adam's momentum and the weight decay would still move the frozen weights.
   """
-  frozen_before = ('discriminator', 'embeddings') if model_config.tying == 'none' else ('discriminator',)
   generator_stage = step < n
-
-  def freeze(part, tree):
-    frozen = generator_stage if part in frozen_before else (~generator_stage if part == 'generator' else False)
-    return jax.tree.map(lambda u: jnp.where(frozen, jnp.zeros_like(u), u), tree)
-  return {part: freeze(part, tree) for part, tree in updates.items()}
+  frozen = {'generator': ~generator_stage, 'discriminator': generator_stage}
+  if model_config.tying == 'none':
+    frozen['embeddings'] = generator_stage
+  return {part: jax.tree.map(lambda u, f=frozen[part]: jnp.where(f, jnp.zeros_like(u), u), tree)
+          if part in frozen else tree for part, tree in updates.items()}
 
 
 def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
