@@ -14,5 +14,5 @@ setuptools.setup(
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8',
     ],
-    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist']},
+    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist', 'hypothesis']},
 )
