@@ -306,3 +306,22 @@ def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, c
   again = train.run(config, workdir)
   assert capsys.readouterr().err.count('finished by an earlier run: skipped') == 2
   assert again['seeds'] == resumed['seeds']
+
+
+def test_unseen_dev_tags_are_reported_and_a_one_class_subset_refused(tmp_path, corpus_file, cache_dir, capsys):
+  directory = make_conll_task(tmp_path / 'animals', sizes=(20, 6))
+  first = len(open(os.path.join(directory, 'dev.conll'), encoding='utf-8').read().splitlines()) + 1
+  with open(os.path.join(directory, 'dev.conll'), 'a', encoding='utf-8') as f:
+    f.write('the\tO\nhorse\tB-HORSE\nran\tO\n\n')  # a tag the training file lacks, in a sentence at line `first`
+  c = train.load_config(tiny_config(cache_dir, corpus_file, directory, write_predictions=False))
+  tokenizer = data.load_tokenizer(c.data)
+  capsys.readouterr()
+  train._load_splits(tasks.get_task(directory), tokenizer, c)  # pylint: disable=protected-access
+  assert capsys.readouterr().err == (f'animals dev: 1 words have tags the training file lacks (B-HORSE; the first in '
+                                     f'the sentence at dev.conll:{first}): the model cannot predict them, so '
+                                     'they count as errors\n')
+  # A training subset of one class is refused, though the file has two.
+  keyword = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
+  c = train.load_config(tiny_config(cache_dir, corpus_file, keyword, max_train_examples=1))
+  with pytest.raises(data.DataError, match=r'1 kept by max_train_examples: every training example has the label'):
+    train._load_splits(tasks.get_task(keyword), tokenizer, c)  # pylint: disable=protected-access
