@@ -34,6 +34,9 @@ _EPOCHS = flags.DEFINE_float('epochs', 0.0, 'Training epochs (0: the task defaul
 _LR = flags.DEFINE_float('learning_rate', 0.0, 'Peak learning rate (0: the paper value for the model width).')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'Training batch.')
 _MAX_LEN = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per example.')
+_INITS = flags.DEFINE_list('inits', ['pre-trained', 'from scratch'], 'Which initialisations to run (from scratch '
+                           'needs only the pre-training\'s config.json and tokenizer: it can run while that trains; '
+                           'a later run of both skips its finished seeds).')
 
 
 def make_config(task_dir: str, pretrained: str, from_scratch: bool):
@@ -81,6 +84,8 @@ def main(argv):
     task_dir = os.path.join(_TASKS_DIR.value, name)
     row = {'task': name}
     for label, scratch in (('pre-trained', False), ('from scratch', True)):
+      if label not in _INITS.value:
+        continue
       start = time.time()
       workdir = os.path.join(_WORKDIR.value, name, label.replace(' ', '_'))
       results = finetune.run(make_config(task_dir, pretrained, scratch), workdir)
@@ -90,6 +95,8 @@ def main(argv):
       row[label + ' shares'] = constant_answer_shares(workdir, [s['seed'] for s in results['seeds']])
       row[label + ' time'] = time.time() - start
     rows.append(row)
+  if set(_INITS.value) != {'pre-trained', 'from scratch'}:
+    return
   lines = [f'| task | dev metric | pre-trained (median of {_SEEDS.value}) | from scratch (median) '
            '| seeds (pre-trained) | seeds (from scratch) | top answer share (pre-trained) | (from scratch) |',
            '|---|---|---:|---:|---|---|---|---|']
