@@ -283,9 +283,9 @@ def _report_unseen_tags(task: tasks.Task, split: tasks.Split, examples: list):
   unseen = [(e.guid, t) for e in examples for t in (e.tags or ()) if t not in known]
   if unseen:
     names = sorted({t for _, t in unseen})
+    effect = 'so they count as errors' if split in task.dev_splits else 'it predicts other tags for them'
     print(f'{task.name} {split.name}: {len(unseen)} words have tags the training file lacks ({", ".join(names[:10])}'
-          f'; the first in the sentence at {unseen[0][0]}): the model cannot predict them, so they count as '
-          'errors', file=sys.stderr)
+          f'; the first in the sentence at {unseen[0][0]}): the model cannot predict them, {effect}', file=sys.stderr)
 
 
 def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
@@ -321,10 +321,7 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
   task = tasks.get_task(c.task, c.task_kind, glue_dir=c.glue_dir, squad_dir=c.squad_dir)
   workdir = os.path.abspath(workdir)
   config_dict = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
-  check_workdir(workdir, config_dict, task)
-  if c.init_checkpoint and os.path.abspath(os.path.expanduser(c.init_checkpoint)) == workdir:
-    raise ConfigError('--workdir is --config.init_checkpoint: fine-tuning would write over the pre-training run; give '
-                      'another --workdir')
+  check_workdir(workdir, config_dict, task)  # also refuses --workdir=init_checkpoint: a pre-training run
   os.makedirs(workdir, exist_ok=True)
   pretrained = None
   if c.init_checkpoint:
