@@ -113,6 +113,24 @@ def test_glue_wrong_column_count_and_missing_header(tmp_path):
     tasks.read(task, 'validation')
 
 
+def test_glue_skips_a_few_stray_tab_lines_as_the_official_reader_does(tmp_path, capsys):
+  # GLUE's real QQP train.tsv has lines like this one (line 97,931 of the file: a question split by a stray tab).
+  qqp = _copy_glue(tmp_path, 'QQP')
+  header = (qqp / 'train.tsv').read_text(encoding='utf-8').split('\n')[0]
+  rows = [f'{i}\t{2 * i}\t{2 * i + 1}\tWhat is {i}?\tWhat is {i} + 0?\t1' for i in range(200)]
+  rows.insert(100, '"\tWas Muhammad a real historical figure? What is the evidence for his existence?\t0')
+  (qqp / 'train.tsv').write_text('\n'.join([header] + rows) + '\n', encoding='utf-8')
+  examples = tasks.read(tasks.get_task('qqp', glue_dir=str(tmp_path)), 'train')
+  assert len(examples) == 200 and examples[100].guid == '100'  # the bad line (file line 102) is the only one left out
+  assert "QQP/train.tsv: skipped 1 line(s) with a number of columns other than 6, as the official ELECTRA reader " \
+         'does (line 102)' in capsys.readouterr().err
+  # Three bad lines in 203 is more than 1%: not GLUE's file, refused.
+  rows[5:5] = ['only\tthree\tcolumns', 'two\tcolumns']
+  (qqp / 'train.tsv').write_text('\n'.join([header] + rows) + '\n', encoding='utf-8')
+  with pytest.raises(DataError, match=r'QQP/train.tsv line 7: 3 columns where .* and 2 more of its 203 lines'):
+    tasks.read(tasks.get_task('qqp', glue_dir=str(tmp_path)), 'train')
+
+
 @pytest.mark.parametrize('score, message', [('high', 'is not a number'),
                                             ('5.5', r'is out of range \(the task takes \[0, 5\]\)'),
                                             ('-0.1', 'is out of range')])

@@ -10,8 +10,9 @@
 
 Bad input is a DataError naming the file, the line and the fix (`cli` prints it as one line): a wrong number of
 columns, a header of GLUE's format in a task directory, a dev/test label the training file does not have, a
-regression target that is not a number or is out of range. Nothing is skipped silently (the official reader
-logs and skips unparsable rows; here they stop the run).
+regression target that is not a number or is out of range. Nothing is skipped silently. One exception, said in a
+warning line: GLUE's own files have a few rows with a stray tab (QQP's train.tsv), which the official reader logs
+and skips, and so does `glue_examples`, unless more than 1% of a file's rows are malformed.
 """
 
 import csv
@@ -20,6 +21,7 @@ import gzip
 import json
 import math
 import os
+import sys
 from typing import Any
 
 from electra_jax.data.corpus import DataError
@@ -162,6 +164,9 @@ def conll_examples(path: str) -> list[TaggingExample]:
 
 # GLUE's distribution.
 
+# More malformed rows than this share of a GLUE file means it is not GLUE's file (the real ones have a handful).
+MAX_MALFORMED_GLUE_ROWS = 0.01
+
 @dataclasses.dataclass(frozen=True)
 class GlueFormat:
   """How one GLUE task's files look: header names of the text and label columns, the label strings in the files
@@ -236,12 +241,22 @@ def glue_examples(task_dir: str, fmt: GlueFormat, split: str, labels: tuple[str,
     label_column = None if test else header.index(fmt.label)
     id_column = header.index(fmt.id_column) if fmt.id_column in header else None
   names = fmt.file_labels or labels
+  malformed = [(number, len(row)) for number, row in rows if len(row) != width]
+  if len(malformed) > MAX_MALFORMED_GLUE_ROWS * len(rows):
+    (number, columns), more = malformed[0], len(malformed) - 1
+    raise DataError(f'{path} line {number}: {columns} columns where GLUE\'s {fmt.folder} {os.path.basename(path)} '
+                    f'has {width}, and {more} more of its {len(rows)} lines are malformed too: this is not the file '
+                    f'GLUE distributes (a tab inside a sentence splits it); fix the lines or give GLUE\'s file')
+  if malformed:
+    # GLUE's own QQP train.tsv has a few such lines (a stray tab); the official reader logs and skips them: so do we.
+    print(f'warning: {path}: skipped {len(malformed)} line(s) with a number of columns other than {width}, as the '
+          f'official ELECTRA reader does (line {", ".join(str(n) for n, _ in malformed[:5])}'
+          f'{", ..." if len(malformed) > 5 else ""})', file=sys.stderr)
   examples = []
   for index, (number, row) in enumerate(rows):
     where = f'{path} line {number}'
     if len(row) != width:
-      raise DataError(f'{where}: {len(row)} columns where GLUE\'s {fmt.folder} {os.path.basename(path)} has '
-                      f'{width} (a tab inside a sentence splits it); fix or remove the line')
+      continue
     label = None
     if label_column is not None:
       raw = row[label_column].strip()
