@@ -26,6 +26,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # They describe this host only; the slice compiled for is --topology.
 os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
 os.environ.setdefault('TPU_ACCELERATOR_TYPE', 'v4-8')
+# libtpu lets one process at a time hold the TPU (/tmp/libtpu_lockfile); compiling holds none.
+os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -76,7 +78,7 @@ def topology_devices(topology: str) -> list:
   try:
     return list(topologies.get_topology_desc(platform='tpu', topology_name=topology, **kwargs).devices)
   except Exception as e:  # pylint: disable=broad-except  (JaxRuntimeError: INVALID_ARGUMENT)
-    raise ConfigError(f'--topology={topology!r} is not a TPU slice the compiler knows: {str(e).splitlines()[0]}') from e
+    raise ConfigError(f'the TPU compiler cannot describe --topology={topology!r}: {str(e).splitlines()[0]}') from e
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,6 +72,7 @@ class ModelConfig:
   layer_norm_eps: float = 1e-12
   dtype: str = 'float32'
   remat: bool = False
+  scan_layers: bool = False
   tying: str = 'embeddings'
 
   def __post_init__(self):
