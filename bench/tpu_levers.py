@@ -9,7 +9,8 @@ compiled FLOPs, per-device peak HBM and compile time (estimates of the compiler'
   no_dropout             hidden and attention dropout 0: what drawing the dropout masks costs;
   no_attention_dropout   attention dropout 0 only (jax.nn.dot_product_attention has no dropout);
   dot_product_attention  attention dropout 0 and jax.nn.dot_product_attention in place of the einsum form;
-  scan_layers            model.scan_layers: one nn.scan over the encoder layers instead of unrolled layers.
+  scan_layers            model.scan_layers: one nn.scan over the encoder layers instead of unrolled layers;
+  float32                model.dtype=float32 (the baseline is the TPU's 'auto': bfloat16).
 """
 
 import os
@@ -56,6 +57,8 @@ def main(argv):
       cfg.model.dropout_rate = 0.0
     if lever == 'scan_layers':
       cfg.model.scan_layers = True
+    if lever == 'float32':
+      cfg.model.dtype = 'float32'
     model.SelfAttention.__call__ = (dot_product_attention if lever == 'dot_product_attention'
                                     else einsum_attention)
     c = aot.load_config(cfg)

@@ -13,11 +13,12 @@ v4:2x2x1 (v4-8, 4 chips), v4:4x4x4 (v4-128), v5e:4x4, v5p:2x2x2, v6e:4x4. A JAX 
 chip (megacore) or a v5e/v6e chip, and the mesh is laid over those devices (`mesh.shape`, as in training).
 """
 
+# pylint: disable=g-import-not-at-top,wrong-import-position  (the environment must be set before jax is imported)
+
 import dataclasses
 import importlib.util
 import os
 import re
-import sys
 import time
 
 # Only the compiler is needed: without this, JAX would also try to start the TPU runtime on a machine with none.
@@ -29,15 +30,19 @@ os.environ.setdefault('TPU_ACCELERATOR_TYPE', 'v4-8')
 # libtpu lets one process at a time hold the TPU (/tmp/libtpu_lockfile); compiling holds none.
 os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
 
-from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags, logging
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from ml_collections import config_flags
 
-from electra_jax import cli, config as config_lib, flops, sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.config import ConfigError  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.masking import SpecialIds  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.train_step import ABSTRACT_KEY, Pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import finetune as finetune_config
+from electra_jax import cli, config as config_lib, flops, sharding
+from electra_jax.finetune import config as ft_config_lib, heads, tasks
+from electra_jax.finetune.train import Finetuning
+from electra_jax.config import ConfigError
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import ABSTRACT_KEY, Pretraining
 
 GIB = 2 ** 30
 # Ids of the special tokens only matter to the traced masking code, not to its shapes or cost.
@@ -73,7 +78,6 @@ def topology_devices(topology: str) -> list:
   """The devices of TPU slice `topology`, described for compilation only."""
   if importlib.util.find_spec('libtpu') is None:
     raise ConfigError('the TPU compiler is not installed: pip install -e ".[tpu]" (libtpu; no TPU needed)')
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   kwargs = {'chip_config_name': 'megacore'} if chip(topology).megacore else {}
   try:
     return list(topologies.get_topology_desc(platform='tpu', topology_name=topology, **kwargs).devices)
@@ -137,10 +141,6 @@ def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
 
 def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
   """The fine-tuning step (`electra_jax.finetune.train.Finetuning`) of a two-class GLUE task."""
-  from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top
-  from electra_jax.finetune import heads, tasks  # pylint: disable=g-import-not-at-top
-  from electra_jax.finetune import config as ft_config_lib  # pylint: disable=g-import-not-at-top
-  from electra_jax.finetune.train import Finetuning  # pylint: disable=g-import-not-at-top
   cfg = finetune_config.get_config()
   cfg.batch_size, cfg.max_seq_length = batch_size, length
   cfg.mesh = mesh_config
