@@ -67,7 +67,7 @@ def main(argv):
     if r.error:
       print(f'| {lever} | does not fit: {r.error} | | | {r.compile_seconds:.0f} |', flush=True)
       continue
-    print(f'| {lever} | {r.estimated_seconds * 1e3:.1f} | {r.compiled_flops * r.devices / 1e12:.2f} | '
+    print(f'| {lever} | {r.estimated_seconds * 1e3:.2f} | {r.compiled_flops * r.devices / 1e12:.2f} | '
           f'{r.peak_bytes / aot.GIB:.2f} of {hw.hbm_bytes / aot.GIB:.0f} | {r.compile_seconds:.0f} |', flush=True)
 
 

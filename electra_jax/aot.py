@@ -150,6 +150,9 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
   model = heads.Finetuner(dataclasses.replace(c.model, scan_layers=False), kind=tasks.CLASSIFICATION,
                           num_outputs=2, head_dropout=ft.head_dropout)
   run = Finetuning(model, ft, 10_000, mesh)
+  # Each device takes whole rows: on a slice of more devices than that, the batch grows to one row per device.
+  shards = sharding.axis_size(mesh, run.batch_sharding.spec[0])
+  batch_size = -(-batch_size // shards) * shards
 
   def lower():
     state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
@@ -161,8 +164,8 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
     with sharding.activate(mesh, ft.mesh.rules):
       return run.step_fn.lower(state, batch, key)
 
-  run.check_batch_size(batch_size, '--finetune_batch')
-  return compile_report('fine-tuning', lower, devices=mesh.size, tokens=batch_size * length,
+  return compile_report(f'fine-tuning ({batch_size} x {length})', lower, devices=mesh.size,
+                        tokens=batch_size * length,
                         model_flops=flops.finetuning_flops_per_step(c.model, batch_size, length, num_outputs=2))
 
 
@@ -214,7 +217,8 @@ def load_config(cfg) -> config_lib.TrainConfig:
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.')
 _TOPOLOGY = flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 (v4-16).')
 _FINETUNE = flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.')
-_FT_BATCH = flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32).')
+_FT_BATCH = flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up to a '
+                                 'multiple of the devices the batch is split over.')
 _FT_LENGTH = flags.DEFINE_integer('finetune_length', 128, 'Fine-tuning sequence length (GLUE: 128, SQuAD: 512).')
 
 
