@@ -1,7 +1,9 @@
 """Performance levers judged by the TPU compiler: the same config compiled with and without a change.
 
-  python bench/tpu_levers.py --config=configs/base.py --topology=v3:4x4 --config.model.num_layers=2 \
-      --levers=baseline,no_dropout,dot_product_attention
+  python bench/tpu_levers.py --config=configs/small.py --topology=v3:2x2 --config.model.num_layers=2 \
+      --levers=baseline,no_dropout,no_attention_dropout,dot_product_attention,float32
+
+Results (BENCHMARKS.md) are from fewer layers where the question is per layer: the compile is then minutes.
 
 Each lever is compiled for the slice by `electra_jax.aot` and reported as the compiler's estimated step time,
 compiled FLOPs, per-device peak HBM and compile time (estimates of the compiler's cost model, not measurements):
