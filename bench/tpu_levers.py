@@ -27,7 +27,7 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from electra_jax import model  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# --config and --topology are electra_jax.aot's flags.
+_AOT = aot.define_flags()  # --config and --topology (and the fine-tuning flags, unused here)
 _LEVERS = flags.DEFINE_list('levers', 'baseline,no_dropout,dot_product_attention', 'Variants to compile.')
 
 
@@ -46,13 +46,13 @@ def dot_product_attention(self, x, attention_bias, rows, *, deterministic: bool)
 
 def main(argv):
   del argv
-  hw = aot.chip(aot._TOPOLOGY.value)
-  devices = aot.topology_devices(aot._TOPOLOGY.value)
+  hw = aot.chip(_AOT['topology'].value)
+  devices = aot.topology_devices(_AOT['topology'].value)
   einsum_attention = model.SelfAttention.__call__
   print('| lever | estimated step ms | compiled TFLOPs per step | peak GiB per device | compile s |')
   print('|---|---|---|---|---|')
   for lever in _LEVERS.value:
-    cfg = aot._CONFIG.value.copy_and_resolve_references()
+    cfg = _AOT['config'].value.copy_and_resolve_references()
     if lever in ('no_dropout', 'no_attention_dropout', 'dot_product_attention'):
       cfg.model.attention_dropout_rate = 0.0
     if lever == 'no_dropout':

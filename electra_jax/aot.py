@@ -198,7 +198,9 @@ def format_report(r: Report, hw: Chip) -> str:
     lines.append(f'  the step loops over {r.loop}: the compiler\'s cost analysis counts a loop body once, so the '
                  'compiled FLOPs above undercount and there is no step-time estimate (compile with '
                  'grad_accum_steps=1 and scan_layers=false for one)')
-  elif r.estimated_seconds:
+  elif r.estimated_seconds <= 0:  # seen for v4 (megacore): the cost model has no figure for it
+    lines.append(f'  no usable step-time estimate from the compiler (optimal_seconds = {r.estimated_seconds:.3g})')
+  else:
     mfu = r.model_flops / (r.estimated_seconds * r.devices * hw.peak_flops)
     lines.append(f'  compiler\'s ESTIMATE (not a measurement): {r.estimated_seconds * 1e3:.1f} ms per step, '
                  f'{r.tokens / r.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%} of {hw.peak_flops / 1e12:.1f} '
@@ -212,14 +214,6 @@ def load_config(cfg) -> config_lib.TrainConfig:
   cfg = cfg.copy_and_resolve_references()
   cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, 'tpu')
   return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
-
-
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.')
-_TOPOLOGY = flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 (v4-16).')
-_FINETUNE = flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.')
-_FT_BATCH = flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up to a '
-                                 'multiple of the devices the batch is split over.')
-_FT_LENGTH = flags.DEFINE_integer('finetune_length', 128, 'Fine-tuning sequence length (GLUE: 128, SQuAD: 512).')
 
 
 def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, finetune_length: int = 128):
@@ -243,13 +237,27 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   return reports
 
 
-def main(argv):
+def define_flags() -> dict:
+  """The command's flags, defined only by a program that runs it (electra_jax.main has its own --config)."""
+  return {
+      'config': config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.'),
+      'topology': flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 (v4-16).'),
+      'finetune': flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.'),
+      'finetune_batch': flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up '
+                                             'to a multiple of the devices the batch is split over.'),
+      'finetune_length': flags.DEFINE_integer('finetune_length', 128,
+                                              'Fine-tuning sequence length (GLUE: 128, SQuAD: 512).'),
+  }
+
+
+def main(argv, options: dict):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
-  cli.run(run, _CONFIG.value, _TOPOLOGY.value, _FINETUNE.value, _FT_BATCH.value, _FT_LENGTH.value)
+  cli.run(run, *(options[k].value for k in ('config', 'topology', 'finetune', 'finetune_batch', 'finetune_length')))
 
 
 if __name__ == '__main__':
+  _OPTIONS = define_flags()
   flags.mark_flags_as_required(['config', 'topology'])
-  app.run(main, flags_parser=cli.flags_parser('configs/default.py'))
+  app.run(lambda argv: main(argv, _OPTIONS), flags_parser=cli.flags_parser('configs/default.py'))

@@ -77,6 +77,10 @@ def test_model_flops_by_hand(reports):
 def test_report_says_what_to_change_when_it_does_not_fit():
   report = aot.Report('pre-training', 8, B * L, 1e12, 3.0, error='HLO temporaries (22.28G) exceeds available HBM')
   assert 'DOES NOT FIT' in aot.format_report(report, aot.CHIPS['v3'])
+  # The v4 (megacore) cost model answered optimal_seconds < 0 for ELECTRA-Small: no estimate rather than nonsense.
+  v4 = aot.Report('pre-training', 4, B * L, 1e12, 3.0, argument_bytes=GIB, peak_bytes=GIB, compiled_flops=3e11,
+                  estimated_seconds=-315.0)
+  assert 'no usable step-time estimate' in aot.format_report(v4, aot.CHIPS['v4'])
   config = aot.load_config(_config())
   mesh = sharding.make_mesh(config.mesh, aot.topology_devices('v3:2x2'))
   advice = aot.advice(config, mesh)
