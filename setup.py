@@ -2,6 +2,8 @@
 
 import setuptools
 
+TPU_COMPILER = 'libtpu==0.0.42.1'
+
 setuptools.setup(
     name='electra_jax',
     version='0.1.0',
@@ -15,5 +17,10 @@ setuptools.setup(
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8',
     ],
-    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist', 'hypothesis']},
+    extras_require={
+        'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist', 'hypothesis', TPU_COMPILER],
+        # The TPU runtime and compiler, the version jax[tpu]==0.10.2 pins. On a TPU VM it runs the TPU; on any other
+        # machine `python -m electra_jax.aot` uses it to compile for a TPU slice.
+        'tpu': [TPU_COMPILER],
+    },
 )

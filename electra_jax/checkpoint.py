@@ -6,6 +6,7 @@ mesh can be read onto another.
 parameters of a checkpoint (not the optimiser state, which is twice their size).
 """
 
+import dataclasses
 import json
 import os
 
@@ -16,7 +17,7 @@ import orbax.checkpoint as ocp
 
 from electra_jax import config as config_lib
 from electra_jax import objective
-from electra_jax.model import Electra
+from electra_jax.model import Electra, unstack_layers
 
 
 class CheckpointError(RuntimeError):
@@ -106,7 +107,9 @@ def abstract_params(model: Electra, sharding=None):
 def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.TrainConfig, dict]:
   """(config, params) of checkpoint `step` (default: the latest) of WORKDIR, params on the first device.
 
-  The params follow `electra_jax.model.Electra`'s tree; use them as `model.apply({'params': params}, ...)`.
+  The params follow `electra_jax.model.Electra`'s tree, one subtree per encoder layer (a run with
+  model.scan_layers comes back unstacked, with scan_layers off in its config); use them as
+  `model.apply({'params': params}, ...)`.
   """
   config = load_config(workdir)
   if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
@@ -121,4 +124,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
     params = checkpointer.restore_params(step, abstract_params(model, device))
   finally:
     checkpointer.close()
+  if config.model.scan_layers:  # what reads these params expects one parameter tree per layer
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, scan_layers=False))
+    params = unstack_layers(params)
   return config, params

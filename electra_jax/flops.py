@@ -104,6 +104,19 @@ def train_flops_per_step(c: TrainConfig) -> float:
                                     objective=c.objective.name)
 
 
+def finetuning_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int, num_outputs: int,
+                              convention: str = 'matmul') -> float:
+  """Training FLOPs of one fine-tuning step with a [CLS] head: the discriminator's embeddings and encoder at every
+  token, dense(H -> num_outputs) once per sequence (no generator, no RTD head), forward and backward."""
+  multiplier = 2 if _check(convention) else 3
+  discriminator = model.tower(generator=False)
+  per_sequence = (seq_length * (embedding_flops_per_token(model, seq_length, convention)
+                                + tower_forward_flops_per_token(discriminator, model.embedding_size, seq_length,
+                                                                convention))
+                  + 2 * discriminator.hidden_size * num_outputs)
+  return multiplier * batch_size * per_sequence
+
+
 def inference_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:
   """Forward FLOPs per token of the discriminator alone (embeddings, encoder, the per-token RTD head).
 

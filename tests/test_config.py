@@ -156,3 +156,13 @@ def test_variant_errors(overrides, message):
 ])
 def test_variants_load(overrides):
   config_lib.load(_values(**overrides), vocab_size=100)
+
+
+def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
+  """model.dtype='auto' (the default): one config runs bf16 on a TPU pod and float32 on a laptop."""
+  assert [config_lib.compute_dtype('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['bfloat16', 'bfloat16', 'float32']
+  assert config_lib.compute_dtype('float32', 'tpu') == 'float32'
+  assert config_lib.compute_dtype('bfloat16', 'cpu') == 'bfloat16'
+  # The tests run on the CPU backend: 'auto' resolves to float32 when the config is loaded.
+  assert default.get_config().model.dtype == 'auto'
+  assert config_lib.load(default.get_config(), vocab_size=100).model.dtype == 'float32'

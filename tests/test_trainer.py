@@ -1,6 +1,7 @@
 """The training loop end to end: resume equality, preemption, NaN handling, bad input, the CLI."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -111,6 +112,19 @@ def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):
   assert [m['train_flops'] for m in read_metrics(tmp_path)] == [last['train_flops'] / 2, last['train_flops']]
   _, params = checkpoint.load_params(str(tmp_path))
   assert 'generator' not in params and 'mlm_predictions' in params['discriminator']
+
+
+def test_scanned_layers_train_and_load_unrolled(tmp_path, corpus_file, cache_dir):
+  """A model.scan_layers run trains; load_params (fine-tuning, convert, detect) gets one subtree per layer."""
+  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2, **{'model.scan_layers': True})
+  assert math.isfinite(trainer.train(config, tmp_path)['loss'])
+  loaded, params = checkpoint.load_params(str(tmp_path))
+  assert not loaded.model.scan_layers
+  for tower, width in (('discriminator', 32), ('generator', 16)):
+    encoder = params[tower]['encoder']
+    assert sorted(encoder) == ['layer_0', 'layer_1']
+    # The discriminator's FFN is intermediate_size = 64 wide, the generator's 4 x its width 16.
+    assert encoder['layer_1']['intermediate']['dense']['kernel'].shape == (width, 64)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, corpus_file, cache_dir):
