@@ -36,13 +36,8 @@ from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
-<<<<<<< HEAD
-from electra_jax.train_step import TrainState
-from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=protected-access  (shared on purpose)
-=======
 from electra_jax.train_step import ABSTRACT_KEY, TrainState
-from electra_jax.trainer import TrainingError
->>>>>>> tpu
+from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=protected-access  (shared on purpose)
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
