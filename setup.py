@@ -14,5 +14,8 @@ setuptools.setup(
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8',
     ],
-    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist']},
+    # Tests and benchmarks only (parity with Hugging Face's PyTorch ELECTRA, property tests). Pinned exactly: an
+    # open torch range pulls a multi-GB CUDA build.
+    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest==9.2.0', 'pytest-xdist==3.8.0',
+                             'hypothesis==6.170.15']},
 )
