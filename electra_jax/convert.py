@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -31,7 +30,7 @@ import numpy as np
 from flax import traverse_util
 
 from configs import default as default_config
-from electra_jax import checkpoint, data, optimizer
+from electra_jax import checkpoint, data, fileio, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra
@@ -400,7 +399,7 @@ def _copy_tokenizer_files(source: str, destination: str) -> list[str]:
   copied = []
   for name in TOKENIZER_FILES:
     if os.path.isfile(os.path.join(source, name)):
-      shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+      fileio.copy(os.path.join(source, name), os.path.join(destination, name))
       copied.append(name)
   return copied
 
@@ -439,8 +438,7 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   checkpointer = checkpoint.Checkpointer(out)
   checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
   checkpointer.close()
-  with open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(config.to_dict(), f, indent=2)
+  fileio.write_json(os.path.join(out, 'config.json'), config.to_dict())
 
 
 def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):
@@ -499,8 +497,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
     directory = os.path.join(out, what)
     os.makedirs(directory, exist_ok=True)
     save_file(state_dict, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
-    with open(os.path.join(directory, 'config.json'), 'w', encoding='utf-8') as f:
-      json.dump(configs[what], f, indent=2)
+    fileio.write_json(os.path.join(directory, 'config.json'), configs[what])
     _copy_tokenizer_files(workdir, directory)
 
 

@@ -11,11 +11,11 @@ over 65536) followed by segment_ids (uint8), max_seq_length of each.
 
 import json
 import os
-import tempfile
 from typing import Iterable
 
 import numpy as np
 
+from electra_jax import fileio
 from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
@@ -40,9 +40,7 @@ def read_metadata(directory: str) -> dict:
 
 
 def write_metadata(directory: str, metadata: dict):
-  with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
-    json.dump(metadata, f, indent=2)
-  os.replace(f.name, os.path.join(directory, METADATA))
+  fileio.write_json(os.path.join(directory, METADATA), metadata)
 
 
 class InMemoryExamples:

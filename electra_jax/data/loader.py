@@ -34,9 +34,9 @@ class BatchIterator:
     # grain imports jax and orbax (seconds): only the trainer's process needs it, not the CLI or packing workers.
     import grain  # pylint: disable=g-import-not-at-top
     if batch_size % process_count:
-      raise ValueError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
+      raise DataError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
     if len(examples) < batch_size:
-      raise ValueError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
+      raise DataError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
                        'give more text or lower batch_size')
     self.examples, self.special = examples, special
     self.batch_size, self.seed = batch_size, seed

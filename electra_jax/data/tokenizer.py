@@ -12,10 +12,10 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import tempfile
 from typing import Iterable, Sequence
 
+from electra_jax import fileio
 from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
@@ -75,22 +75,14 @@ class Tokenizer:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, self.file_name)
     if os.path.abspath(path) != os.path.abspath(self.model_file):
-      _atomic_copy(self.model_file, path)
-    config = {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase}
-    with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
-      json.dump(config, f, indent=2)
-    os.replace(f.name, os.path.join(directory, CONFIG_FILE))
+      fileio.copy(self.model_file, path)
+    fileio.write_json(os.path.join(directory, CONFIG_FILE),
+                      {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase})
     return path
 
   def __reduce__(self):
     # Worker processes rebuild the tokenizer from its file rather than pickling library objects.
     return type(self), (self.model_file, self.lowercase, self.num_threads)
-
-
-def _atomic_copy(source: str, destination: str):
-  tmp = f'{destination}.tmp{os.getpid()}'
-  shutil.copyfile(source, tmp)
-  os.replace(tmp, destination)
 
 
 class SentencePieceTokenizer(Tokenizer):
