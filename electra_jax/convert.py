@@ -405,10 +405,12 @@ def _copy_tokenizer_files(source: str, destination: str) -> list[str]:
 
 
 def _do_lower_case(directory: str) -> bool | None:
+  """tokenizer_config.json's do_lower_case; None (the tokenizer file decides) if it says nothing."""
   path = os.path.join(directory, 'tokenizer_config.json')
   if os.path.isfile(path):
     with open(path, encoding='utf-8') as f:
-      return json.load(f).get('do_lower_case')
+      value = json.load(f).get('do_lower_case')
+    return None if value is None else bool(value)
   return None
 
 
@@ -422,14 +424,11 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
-  lowercase = _do_lower_case(out)
-  if lowercase is not None:
-    config.data.lowercase = bool(lowercase)
-  for name in ('tokenizer.model', 'vocab.txt'):
+  for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
     if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-      data.tokenizer.load(os.path.join(out, name), lowercase=config.data.lowercase).save(out)
-      config.data.tokenizer = out
-      config.data.vocab_size = config.model.vocab_size
+      tokenizer = data.tokenizer.load(os.path.join(out, name), lowercase=_do_lower_case(out))
+      tokenizer.save(out)
+      config.data.update(tokenizer=out, vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
       break
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
@@ -534,6 +533,9 @@ def main(argv=None):
       print(f'wrote {os.path.join(args.to_hf, DISC)} and {os.path.join(args.to_hf, GEN)}')
   except (ConversionError, config_lib.ConfigError, data.DataError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except OSError as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 
 

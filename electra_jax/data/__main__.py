@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from electra_jax import data
+from electra_jax import data, fileio
 from electra_jax.data import build as build_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -156,6 +156,9 @@ def main(argv=None):
     args.function(args)
   except data.DataError as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except OSError as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 
 
