@@ -8,9 +8,11 @@ parameters of a checkpoint (not the optimiser state, which is twice their size).
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
+import traceback
 
 import flax.linen as nn
 import jax
@@ -26,6 +28,7 @@ class CheckpointError(RuntimeError):
   """A checkpoint that cannot be used or written; the message says what to do."""
 
 
+CHECKSUMS = 'electra_checksums.json'  # in each step directory: {file: [size, sha256]}
 # Where unreadable checkpoints are moved (WORKDIR/UNREADABLE/<step>): out of orbax's sight, never deleted.
 UNREADABLE = 'unreadable_checkpoints'
 
@@ -35,7 +38,9 @@ class Checkpointer:
 
   The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age. Orbax writes
   each step under a temporary name and renames it when complete, so a step directory is always whole; temporary
-  ones left by a crash are removed when the next run opens the directory.
+  ones left by a crash are removed when the next run opens the directory. Once a step is complete, the size and
+  sha256 of each of its files go to <step>/electra_checksums.json, checked before the step is read: orbax itself
+  reads damaged array bytes back as numbers.
   """
 
   def __init__(self, workdir: str, keep: int = 3, preserve: tuple[int, ...] = ()):
@@ -47,6 +52,7 @@ class Checkpointer:
         self.directory, item_names=('state', 'data'),
         options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True, cleanup_tmp_directories=True))
     self._failed = False
+    self._unrecorded = None  # the step being written: its checksums are recorded once it is complete
 
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
@@ -59,8 +65,20 @@ class Checkpointer:
 
     Raises CheckpointError if this or the previous write failed (a full disk, say).
     """
-    self._writing(lambda: self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True))
+    def start():
+      self._finish()
+      self.manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+      self._unrecorded = step
+    self._writing(start)
+
+  def _finish(self):
+    """Waits for the checkpoint being written, then records its files' checksums."""
+    self.manager.wait_until_finished()
+    step, self._unrecorded = self._unrecorded, None
+    directory = os.path.join(self.directory, str(step))
+    if step is not None and jax.process_index() == 0 and os.path.isdir(directory):
+      fileio.write_json(os.path.join(directory, CHECKSUMS), _checksums(directory))
 
   def _writing(self, operation):
     if self._failed:
@@ -77,6 +95,7 @@ class Checkpointer:
   def restore(self, step: int, abstract_state):
     """Returns (state, data_state) of checkpoint `step`, laid out as `abstract_state`'s shardings say."""
     try:
+      self._verify(step)
       restored = self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     except Exception as e:  # orbax raises many types for truncated or foreign files
@@ -125,6 +144,7 @@ class Checkpointer:
       raise CheckpointError(f'{self.directory} has no checkpoint {step}; its steps are '
                             f'{", ".join(map(str, steps)) or "none"}')
     try:
+      self._verify(step)
       restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
           {'params': abstract_params}, restore_args=ocp.checkpoint_utils.construct_restore_args(
               {'params': abstract_params}), partial_restore=True)))
@@ -136,8 +156,24 @@ class Checkpointer:
           (f'. Other steps: {", ".join(map(str, others))}' if others else '')) from None
     return restored['state']['params']
 
+  def _verify(self, step: int):
+    """Raises _Damaged if a file of checkpoint `step` differs from when it was written."""
+    directory = os.path.join(self.directory, str(step))
+    path = os.path.join(directory, CHECKSUMS)
+    if not os.path.exists(path):  # written before checksums were recorded, or killed just before
+      return
+    with open(path, encoding='utf-8') as f:
+      recorded = json.load(f)
+    for name, (size, digest) in sorted(recorded.items()):
+      file = os.path.join(directory, name)
+      problem = ('is missing' if not os.path.isfile(file) else
+                 f'has {os.path.getsize(file)} bytes, not {size}' if os.path.getsize(file) != size else
+                 'has other bytes than were written' if fileio.sha256(file) != digest else None)
+      if problem:
+        raise _Damaged(f'{name} {problem}')
+
   def wait(self):
-    self._writing(self.manager.wait_until_finished)
+    self._writing(self._finish)
 
   def close(self):
     try:
@@ -150,12 +186,30 @@ class Checkpointer:
         self.manager.close()
 
 
+class _Damaged(Exception):
+  """A checkpoint file that is not as it was written (`Checkpointer._verify`)."""
+
+
+def _checksums(directory: str) -> dict[str, list]:
+  """{path relative to `directory`: [size, sha256]} of every file under a complete checkpoint directory."""
+  recorded = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      relative = os.path.relpath(path, directory)
+      if relative != CHECKSUMS:
+        recorded[relative] = [os.path.getsize(path), fileio.sha256(path)]
+  return recorded
+
+
 def _reason(error: Exception) -> str:
   """An orbax/tensorstore error in a few words: its type, and the start and end of its first line.
 
   Their messages run to hundreds of characters of nested driver names; the end names the file that failed.
   """
   first = str(error).strip().splitlines()[0] if str(error).strip() else ''
+  if isinstance(error, _Damaged):
+    return first
   code = re.search(r"os_error_code='(\d+)'", first)
   number = int(code.group(1)) if code else getattr(error, 'errno', None)
   advice = fileio.advice(number) if number else ''
@@ -181,6 +235,20 @@ def _ignore_late_callbacks_of_failed_reads():
 
 
 _ignore_late_callbacks_of_failed_reads()
+
+
+class _OrbaxTracebacks(logging.Filter):
+  """Drops error logs whose traceback runs through orbax: the exception is raised to Checkpointer, which reports
+  it in one line (a full disk otherwise prints six tracebacks from orbax's writer threads and asyncio)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
+      return True
+    return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
+
+
+for _logger in ('absl', 'asyncio'):  # orbax logs through absl.logging; asyncio reports its unretrieved futures
+  logging.getLogger(_logger).addFilter(_OrbaxTracebacks())
 
 
 def load_config(workdir: str) -> config_lib.TrainConfig:

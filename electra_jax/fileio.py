@@ -8,6 +8,7 @@ Orbax writes the checkpoints itself; everything else goes through here, so that 
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -55,6 +56,15 @@ def copy(source: str, destination: str):
   """Copies file `source` to `destination` atomically (the copy gets the umask's mode, not the source's)."""
   with open(source, 'rb') as src, atomic_writer(destination) as dst:
     shutil.copyfileobj(src, dst)
+
+
+def sha256(path: str) -> str:
+  """The sha256 of file `path`, read in blocks (shards are tens of MB)."""
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
 
 
 def check_writable_directory(path: str, what: str):

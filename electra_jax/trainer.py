@@ -13,7 +13,6 @@ import sys
 import time
 
 import jax
-from absl import logging
 import tqdm
 
 from electra_jax import config as config_lib
@@ -101,7 +100,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     else:
       latest, state, data_state = restored
       batches.set_state(data_state)
-      logging.info('resumed from %s/%d', checkpointer.directory, latest)
+      if jax.process_index() == 0:
+        print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
   except BaseException:
     checkpointer.close()
     raise

@@ -83,6 +83,8 @@ def inspect(args):
   for row, ids, segments in zip(rows, input_ids, segment_ids):
     print(_describe(tokenizer, int(row), ids, segments, pieces=args.pieces))
   if isinstance(examples, examples_lib.ArrayRecordExamples):
+    examples.verify()
+    print(f'checksums: the {len(examples.metadata["shards"])} shard(s) are as built')
     stats = examples.metadata['statistics']
   else:
     stats = examples_lib.statistics(examples, tokenizer.special)
