@@ -24,7 +24,7 @@ def flags_parser(argv):
   typo)."""
   try:
     parsed = flags.FLAGS(argv)
-    if flags.FLAGS['config'].value is not None:
+    if 'config' in flags.FLAGS and flags.FLAGS['config'].value is not None:
       flags.FLAGS['config'].value.keys()  # a config file that failed to load raises here, on first use
   except (KeyError, AttributeError, flags.Error) as e:
     _exit_with(_flag_error(e, argv))
@@ -33,7 +33,7 @@ def flags_parser(argv):
     filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), '')
     _exit_with(f'--config={filename} cannot be loaded ({type(e).__name__}: {lines[-1] if lines else ""}); give '
                'a config file such as configs/tiny.py or configs/finetune.py')
-  if 'workdir' in flags.FLAGS and not flags.FLAGS.workdir and not flags.FLAGS['show_config'].value:
+  if 'workdir' in flags.FLAGS and not flags.FLAGS.workdir and not flags.FLAGS.get_flag_value('show_config', False):
     _exit_with('--workdir=DIR is required: where checkpoints, metrics and results go')
   return parsed
 

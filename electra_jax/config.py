@@ -229,8 +229,9 @@ class TrainConfig:
 def load(config, vocab_size: int | None = None) -> TrainConfig:
   """Turns a ConfigDict (or nested dict) into a validated TrainConfig.
 
-  objective.name is checked where the objective is looked up (`electra_jax.objective.get`), before anything is
-  compiled: this module is below the objectives and does not import them. `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0.
+  `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0. objective.name is
+  checked where the objective is looked up (`electra_jax.objective.get`), before anything is compiled: this module
+  is below the objectives and does not import them.
   """
   values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
   sub = {'model': ModelConfig, 'objective': ObjectiveConfig, 'optimizer': OptimizerConfig,

@@ -37,8 +37,7 @@ class MetricsWriter:
     if os.path.exists(path):
       _truncate_after(path, resumed_at)
     self.jsonl = open(path, 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resumed_at + 1 if resumed_at
-                                     else None)
+    self.tensorboard = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resumed_at + 1)
 
   def write(self, step: int, scalars: dict[str, float]):
     if not self.active:

@@ -6,8 +6,8 @@ all the loader needs, so a built directory and the in-memory path yield the same
 A built directory holds examples-NNNNN.array_record shards (written with group_size:1 for fast random reads), the
 tokenizer they were made with (see `Tokenizer.save`) and electra_data.json: the format, max_seq_length, each
 shard's example count, size in bytes and sha256, the tokenizer's fingerprint and corpus statistics. A shard whose
-size changed is refused when the directory is opened; `verify()` checks the checksums. One record is input_ids (uint16, or int32 for a vocabulary
-over 65536) followed by segment_ids (uint8), max_seq_length of each.
+size changed is refused when the directory is opened; `verify()` checks the checksums. One record is input_ids
+(uint16, or int32 for a vocabulary over 65536) followed by segment_ids (uint8), max_seq_length of each.
 """
 
 import functools
