@@ -11,6 +11,7 @@ setuptools.setup(
     package_data={'electra_jax.data': ['quickstart/*.txt.gz']},
     install_requires=[
         'jax>=0.10', 'flax>=0.12', 'optax>=0.2.8', 'orbax-checkpoint>=0.12', 'tensorflow-datasets>=4.9',
+        'importlib_resources',  # imported by tensorflow-datasets when it prepares a dataset, not declared by it
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8',
     ],

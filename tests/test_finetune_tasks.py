@@ -1,6 +1,9 @@
-"""Task declarations and readers (local files, tfds mock GLUE/SQuAD), featurisation and SQuAD span decoding."""
+"""Task declarations, the tfds route (mock data, and real preparation from the downloaded files), featurisation and
+SQuAD span decoding."""
 
 import gzip
+import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -8,8 +11,11 @@ import tensorflow_datasets as tfds
 
 from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import features, squad, tasks
+from electra_jax.finetune import features, predict, squad, tasks
 from electra_jax.finetune.config import SquadConfig
+
+DATA = os.path.join(os.path.dirname(__file__), 'data')
+GLUE_DIR, SQUAD_DIR = os.path.join(DATA, 'glue'), os.path.join(DATA, 'squad')
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +47,7 @@ def test_tsv_directory_classification_with_and_without_header(tmp_path):
 def test_tsv_directory_regression_pairs(tmp_path):
   _write(tmp_path / 'train.tsv', 'label\tsentence\tsentence2\n3.5\ta b\tc d\n1\te\tf\n')
   _write(tmp_path / 'dev.tsv', 'label\tsentence\tsentence2\n2.25\tg\th\n')
-  _write(tmp_path / 'test.tsv', 'label\tsentence\tsentence2\n?\ti\tj\n')
+  _write(tmp_path / 'test.tsv', 'label\tsentence\tsentence2\n\ti\tj\n')  # an empty label: unlabelled
   task = tasks.get_task(str(tmp_path))
   assert task.kind == tasks.REGRESSION and task.metrics == ('spearman', 'pearson')
   assert [(e.texts, e.label) for e in tasks.read(task, 'train')] == [(('a b', 'c d'), 3.5), (('e', 'f'), 1.0)]
@@ -92,6 +98,33 @@ def test_squad_from_tfds_mock_data():
   assert all(e.answers == () for e in v2 if e.is_impossible)
 
 
+def _downloaded(self, url_or_urls):
+  """DownloadManager.download_and_extract on the fixtures: GLUE's zips unpack to tests/data/glue/<TASK>/, SQuAD's
+  JSON files are tests/data/squad/."""
+  del self
+  if isinstance(url_or_urls, dict):
+    return {k: os.path.join(SQUAD_DIR, os.path.basename(v)) for k, v in url_or_urls.items()}
+  return GLUE_DIR
+
+
+def test_tfds_prepares_glue_and_squad_without_tensorflow(tmp_path):
+  """The real tfds route (dataset preparation included: importlib_resources, array_record writing) on the
+  downloaded files, network replaced by the fixtures; it reads what our own GLUE/SQuAD file readers read."""
+  data_dir = str(tmp_path / 'tfds')
+  with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', _downloaded):
+    for name in ('rte', 'sst2'):
+      from_tfds = tasks.read(tasks.get_task(name), 'validation', data_dir=data_dir)
+      from_files = tasks.read(tasks.get_task(name, glue_dir=GLUE_DIR), 'validation')
+      assert sorted(from_tfds, key=_guid) == sorted(from_files, key=_guid)  # tfds shuffles; guid = GLUE's index
+    from_tfds = tasks.read(tasks.get_task('squad_v1'), 'train', data_dir=data_dir)
+  from_files = tasks.read(tasks.get_task('squad_v1', squad_dir=SQUAD_DIR), 'train')
+  assert sorted(from_tfds, key=_guid) == sorted(from_files, key=_guid)
+
+
+def _guid(example):
+  return example.guid
+
+
 def test_text_features_truncate_pairs_and_swap_orders(tokenizer):
   task = tasks.get_task('mrpc')
   examples = [tasks.TextExample('0', ('the cat sat', 'the dog ran on the mat and the rug'), 'equivalent')]
@@ -112,6 +145,39 @@ def test_word_features_label_first_sub_tokens(tokenizer):
   assert positions[0] == 1 and len(positions) == 3
   labels = feats.arrays['labels'][0]
   assert labels[positions].tolist() == [1, 1, 0] and (labels >= 0).sum() == 3
+  length = feats.arrays['input_mask'][0].sum()
+  assert (feats.arrays['segment_ids'][0][:length] == 1).all()  # the official tagging featurizer's segment ids
+
+
+def test_stsb_targets_are_scaled_to_0_1_and_predictions_back(tokenizer):
+  # Official RegressionTask(0, 5): target (label - 0) / 5, so 3.8 -> 0.76; an output of 0.5 is a score of 2.5.
+  task = tasks.get_task('stsb')
+  examples = [tasks.TextExample('0', ('the cat', 'a dog'), 3.8), tasks.TextExample('1', ('a', 'b'), None)]
+  feats = features.encode_texts(task, examples, tokenizer, 32, training=False)
+  np.testing.assert_allclose(feats.arrays['labels'], [0.76, np.nan], rtol=1e-6)
+  outputs = {'logits': np.array([[0.5], [1.0]], np.float32)}
+  assert predict.decode(task, feats, outputs, SquadConfig()) == pytest.approx([2.5, 5.0])
+  local = tasks.Task('r', tasks.REGRESSION, 'files', '')  # no declared range: raw targets
+  assert features.encode_texts(local, examples[:1], tokenizer, 32, training=False).arrays['labels'][0] == \
+      pytest.approx(3.8)
+
+
+@pytest.mark.parametrize('rows, batch, epochs, expected', [
+    (1000, 32, 3.0, 96),  # official: ceil(1000 / 32) = 32 batches per epoch (rows padded to whole batches) x 3
+    (1000, 32, 2.5, 80),
+    (64, 32, 3.0, 6),
+    (10, 32, 0.5, 1),  # int(0.5) = 0, at least one step
+])
+def test_train_steps_count_whole_batches(rows, batch, epochs, expected):
+  assert features.num_train_steps(rows, batch, epochs) == expected
+
+
+def test_improve_span_narrows_to_the_answer_tokens():
+  # Official _improve_answer_span: "(1895-1943)." -> ( 1895 - 1943 ) .; the answer "1895" is token 1 of the word.
+  doc = [10, 11, 12, 13, 14, 15]  # ( 1895 - 1943 ) .
+  assert squad.improve_span(doc, 0, 5, [11]) == (1, 1)
+  assert squad.improve_span(doc, 0, 5, [13, 14]) == (3, 4)
+  assert squad.improve_span(doc, 0, 5, [99]) == (0, 5)  # not found: the word span
 
 
 def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
@@ -122,8 +188,11 @@ def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
   feats = squad.encode([example], tokenizer, 24, config, training=True)
   assert len(feats) > 2  # several overlapping windows
   arrays = feats.arrays
-  holding = np.flatnonzero(arrays['is_impossible'] == 0)
-  assert len(holding) >= 1 and (arrays['start_positions'][arrays['is_impossible'] == 1] == 0).all()
+  holding = np.flatnonzero(arrays['start_positions'] > 0)
+  assert 1 <= len(holding) < len(feats)
+  # Windows without the answer point at [CLS], yet stay labelled answerable: the official label is the question's.
+  assert (arrays['end_positions'][arrays['start_positions'] == 0] == 0).all()
+  assert (arrays['is_impossible'] == 0).all()
   row = holding[0]
   words, _ = squad.split_words(context)
   token_to_word = feats.windows['token_to_word'][row]
