@@ -1,7 +1,9 @@
 """Every key of an electra_jax pre-training run, with its default.
 
 Scale configs (`small.py`, `base.py`, `large.py`, `tiny.py`) start from this one and override a dozen keys.
-Any key can be overridden on the command line: `--config.optimizer.learning_rate=1e-3`.
+Any key can be overridden on the command line: `--config.optimizer.learning_rate=1e-3`; `--show_config` lists
+them all with their values and the comments written here (a key's comment is the one on its line, or the
+comment lines just above it).
 """
 
 import ml_collections
@@ -93,9 +95,9 @@ def adam():
   """The AdamW keys pre-training and fine-tuning share (`electra_jax.config.AdamConfig`)."""
   optimizer = ml_collections.ConfigDict()
   optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
-  optimizer.b1 = 0.9
-  optimizer.b2 = 0.999
-  optimizer.eps = 1e-6
+  optimizer.b1 = 0.9  # Adam's decay of the gradient average (beta1).
+  optimizer.b2 = 0.999  # Adam's decay of the squared-gradient average (beta2).
+  optimizer.eps = 1e-6  # Added to Adam's denominator (the official ELECTRA value).
   optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
   optimizer.bias_correction = False  # The official ELECTRA Adam has none.
   return optimizer

@@ -260,4 +260,4 @@ def main(argv, options: dict):
 if __name__ == '__main__':
   _OPTIONS = define_flags()
   flags.mark_flags_as_required(['config', 'topology'])
-  app.run(lambda argv: main(argv, _OPTIONS), flags_parser=cli.flags_parser('configs/default.py'))
+  app.run(lambda argv: main(argv, _OPTIONS), flags_parser=cli.flags_parser)

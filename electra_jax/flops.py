@@ -10,7 +10,7 @@ Two conventions:
 The MLM heads run only where they are evaluated: at the P selected positions (All-Tokens MLM: every position).
 """
 
-from electra_jax.config import ModelConfig, TowerConfig, TrainConfig
+from electra_jax.config import ConfigError, ModelConfig, TowerConfig, TrainConfig
 
 CONVENTIONS = ('matmul', 'paper')
 # Element-wise FLOPs per element in the 'paper' convention (official flops_computation.py).
@@ -77,7 +77,7 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
     flops += length * (mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
                        + 2 * discriminator.hidden_size)  # + the copy gate
   else:
-    raise ValueError(f'unknown objective {objective!r}')
+    raise ConfigError(f'unknown objective.name {objective!r}: no FLOPs count for it')
   if objective != 'mlm':
     # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
     gen_model = model.generator_model()
