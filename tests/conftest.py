@@ -1,4 +1,5 @@
-"""Shared test setup: 8 faked CPU devices (set before jax is imported) and small generated fixtures."""
+"""Shared test setup: 8 faked CPU devices (set before jax is imported), small generated fixtures and a local
+Cloud Storage emulator."""
 
 import os
 
@@ -8,6 +9,12 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import gzip  # pylint: disable=g-import-not-at-top,wrong-import-position
 import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
 
 import pytest
 
@@ -89,3 +96,62 @@ def override(config, overrides: dict, sep: str = '.'):
       node = node[part]
     node[key] = value
   return config
+
+
+GCS_BUCKET = 'electra-test'
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def emulator_environment(url: str) -> dict[str, str]:
+  """What points every Cloud Storage client of a run at the server at `url` instead of storage.googleapis.com."""
+  return {
+      'STORAGE_EMULATOR_HOST': url,  # gcsfs (epath's gs:// backend) and google-cloud-storage
+      'TENSORSTORE_GCS_HTTP_URL': url,  # tensorstore: orbax's checkpoint arrays
+      'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'fake',  # tensorstore: no credential lookup
+      # gcsfs would first ask the Storage Control API (which the emulator lacks) for the bucket's layout and, with
+      # no credentials, log a warning on every call.
+      'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
+  }
+
+
+@pytest.fixture(scope='session')
+def gcs_bucket(tmp_path_factory):
+  """A local Cloud Storage emulator (gcp-storage-emulator, in memory, on a free port) holding one empty bucket;
+  yields 'gs://BUCKET'. The environment points this process's and its subprocesses' clients at it."""
+  port = free_port()
+  log = tmp_path_factory.mktemp('gcs') / 'emulator.log'
+  with open(log, 'wb') as out:
+    server = subprocess.Popen([sys.executable, '-m', 'gcp_storage_emulator', 'start', '--host=127.0.0.1',
+                               f'--port={port}', '--in-memory', f'--default-bucket={GCS_BUCKET}'],
+                              stdout=out, stderr=subprocess.STDOUT)
+  url = f'http://127.0.0.1:{port}'
+  try:
+    deadline = time.time() + 60
+    while True:
+      try:
+        with urllib.request.urlopen(f'{url}/storage/v1/b/{GCS_BUCKET}', timeout=5) as response:
+          if response.status == 200:
+            break
+      except OSError:
+        pass
+      if server.poll() is not None or time.time() > deadline:
+        pytest.fail(f'the Cloud Storage emulator did not start: {log.read_text()[-2000:]}')
+      time.sleep(0.2)
+    with pytest.MonkeyPatch.context() as patch:
+      for name, value in emulator_environment(url).items():
+        patch.setenv(name, value)
+      yield f'gs://{GCS_BUCKET}'
+  finally:
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture
+def gcs_dir(gcs_bucket):
+  """A fresh gs:// directory for one test."""
+  return f'{gcs_bucket}/{uuid.uuid4().hex[:12]}'

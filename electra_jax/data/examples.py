@@ -16,6 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
+from electra_jax import fileio
 from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
@@ -26,13 +27,12 @@ SHARD_PATTERN = 'examples-{:05d}.array_record'
 
 
 def is_built(path: str) -> bool:
-  """Whether `path` is a directory `build` wrote (recognised by its metadata file)."""
-  return bool(path) and os.path.isfile(os.path.join(os.path.expanduser(path), METADATA))
+  """Whether `path` (local or gs://) is a directory `build` wrote (recognised by its metadata file)."""
+  return bool(path) and (fileio.path(path) / METADATA).is_file()
 
 
 def read_metadata(directory: str) -> dict:
-  with open(os.path.join(directory, METADATA), encoding='utf-8') as f:
-    metadata = json.load(f)
+  metadata = json.loads((fileio.path(directory) / METADATA).read_text())
   if metadata.get('format') != FORMAT or metadata.get('version') != VERSION:
     raise DataError(f'{directory} holds {metadata.get("format")} version {metadata.get("version")}, not '
                     f'{FORMAT} version {VERSION}; rebuild it with `python -m electra_jax.data build`')

@@ -1,0 +1,144 @@
+"""Where electra_jax reads and writes: local paths or Cloud Storage (`gs://bucket/...`), through one path type.
+
+`path(location)` gives an `etils.epath.Path` (the path type orbax uses): local paths go through `os`, gs:// paths
+through gcsfs (fsspec) with the machine's Application Default Credentials (on a Cloud TPU VM, its service account).
+Orbax writes checkpoints to gs:// with tensorstore's own client. Code that takes a location from the user takes
+either kind and never calls `os.path` on it: `os.path.abspath('gs://b/x')` is a local path.
+
+array_record's reader (built shards, tfds datasets) opens local files only: `local_copy` gives it a verified copy of
+the remote files in the local cache.
+"""
+
+import base64
+import errno
+import os
+import shutil
+import sys
+import uuid
+from typing import Iterable
+
+from etils import epath
+
+COPY_BLOCK = 16 << 20
+
+
+def is_remote(location) -> bool:
+  """Whether `location` is a URL such as gs://bucket/dir rather than a local path."""
+  return '://' in os.fspath(location)
+
+
+def path(location) -> epath.Path:
+  """`location` (a str or Path) as a Path: a local one with ~ expanded and made absolute, a URL as given."""
+  if is_remote(location):
+    return epath.Path(location)
+  return epath.Path(os.path.abspath(os.path.expanduser(os.fspath(location))))
+
+
+def _filesystem(location: str):
+  """The fsspec file system of URL `location` and the path inside it."""
+  import fsspec  # pylint: disable=g-import-not-at-top  (only remote locations need it)
+  return fsspec.core.url_to_fs(location)
+
+
+def list_files(location: str) -> list[str]:
+  """The files at remote `location`: the object itself, every object under it (a directory), or a glob's matches.
+
+  Names starting with '.' are left out of directories, as local directory sources leave them out.
+  """
+  fs, inside = _filesystem(location)
+  if fs.isdir(inside):
+    found = [p for p in fs.find(inside) if not os.path.basename(p).startswith('.')]
+  elif any(c in inside for c in '*?['):
+    found = [p for p in fs.glob(inside) if fs.isfile(p)]
+  else:
+    found = [inside] if fs.isfile(inside) else []
+  return sorted(fs.unstrip_protocol(p) for p in found)
+
+
+def cache_path(cache_dir: str, location: str) -> str:
+  """Where `local_copy` keeps the copy of remote directory `location`: CACHE/remote/SCHEME/BUCKET/PATH."""
+  scheme, rest = os.fspath(location).split('://', 1)
+  return os.path.join(cache_dir, 'remote', scheme, *[part for part in rest.split('/') if part])
+
+
+def _crc32c(local: str) -> str:
+  """The base64 CRC32C of a local file, as Cloud Storage reports it for an object."""
+  import google_crc32c  # pylint: disable=g-import-not-at-top  (installed with gcsfs)
+  checksum = google_crc32c.Checksum()
+  with open(local, 'rb') as f:
+    for block in iter(lambda: f.read(COPY_BLOCK), b''):
+      checksum.update(block)
+  return base64.b64encode(checksum.digest()).decode()
+
+
+def local_copy(location: str, names: Iterable[str], cache_dir: str) -> str:
+  """A local copy of files `names` of remote directory `location`, for readers that open local files only.
+
+  The copy is kept at `cache_path(cache_dir, location)` and reused while each object is unchanged (same
+  generation and size, recorded beside each file). Files are downloaded (concurrently) under temporary names,
+  checked against the objects' CRC32C and renamed into place only then, so a copy cut short is never used.
+  Raises OSError (ENOSPC) before downloading anything if the disk lacks room, FileNotFoundError for a missing
+  object.
+  """
+  fs, inside = _filesystem(location)
+  inside = inside.rstrip('/')
+  objects = fs.find(inside, detail=True)
+  local_dir = cache_path(cache_dir, location)
+  stale = []
+  for name in names:
+    info = objects.get(f'{inside}/{name}')
+    if info is None:
+      raise FileNotFoundError(errno.ENOENT, f'{location}/{name} does not exist')
+    stamp = f'{info.get("generation", "")}:{info["size"]}'
+    local = os.path.join(local_dir, name)
+    if not (os.path.isfile(local) and _read(_stamp_file(local)) == stamp):
+      stale.append((name, info, stamp))
+  if not stale:
+    return local_dir
+  needed = sum(info['size'] for _, info, _ in stale)
+  os.makedirs(local_dir, exist_ok=True)
+  free = shutil.disk_usage(local_dir).free
+  if needed > free:
+    raise OSError(errno.ENOSPC, f'copying {location} to {local_dir} (array_record reads local files only) needs '
+                  f'{needed / 2**30:.2f} GiB but {free / 2**30:.2f} GiB are free: set data.cache_dir to a disk '
+                  'with more room')
+  print(f'copying {len(stale)} file(s), {needed / 2**20:.1f} MiB, of {location} to {local_dir} (array_record reads '
+        'local files only; the copy is reused while the objects are unchanged)', file=sys.stderr, flush=True)
+  suffix = f'.tmp-{uuid.uuid4().hex[:8]}'
+  temporaries = [os.path.join(local_dir, name + suffix) for name, _, _ in stale]
+  try:
+    for temporary in temporaries:
+      os.makedirs(os.path.dirname(temporary), exist_ok=True)
+    fs.get([f'{inside}/{name}' for name, _, _ in stale], temporaries)
+    for (name, info, stamp), temporary in zip(stale, temporaries):
+      if 'crc32c' in info and _crc32c(temporary) != info['crc32c']:
+        raise OSError(errno.EIO, f'{location}/{name} changed or was damaged while it was copied (CRC32C '
+                      'mismatch); run the same command again')
+      local = os.path.join(local_dir, name)
+      os.replace(temporary, local)
+      _write(_stamp_file(local), stamp)
+  finally:
+    for temporary in temporaries:
+      if os.path.exists(temporary):
+        os.remove(temporary)
+  return local_dir
+
+
+def _stamp_file(local: str) -> str:
+  directory, name = os.path.split(local)
+  return os.path.join(directory, f'.{name}.source')
+
+
+def _read(local: str) -> str:
+  try:
+    with open(local, encoding='utf-8') as f:
+      return f.read()
+  except FileNotFoundError:
+    return ''
+
+
+def _write(local: str, text: str):
+  temporary = f'{local}.tmp-{uuid.uuid4().hex[:8]}'
+  with open(temporary, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(temporary, local)

@@ -1,0 +1,139 @@
+"""gs:// paths everywhere, against a local Cloud Storage emulator (the `gcs_bucket` fixture in conftest.py)."""
+
+import errno
+import gzip
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import make_corpus
+from electra_jax import data, fileio
+from electra_jax.data import DataError, build, corpus
+
+
+def upload(local_dir, remote: str):
+  """Copies every file under `local_dir` to the same relative names under `remote`."""
+  for root, _, names in os.walk(local_dir):
+    for name in names:
+      relative = os.path.relpath(os.path.join(root, name), local_dir)
+      (fileio.path(remote) / relative).write_bytes(open(os.path.join(root, name), 'rb').read())
+
+
+def test_text_files_directories_and_globs(tmp_path, gcs_dir):
+  """A gs:// object, directory (recursive, hidden names skipped) and glob read as the same local files do."""
+  (tmp_path / 'a.txt').write_text('One.\nTwo.\n\n\nThree.\n', encoding='utf-8')
+  (tmp_path / 'sub').mkdir()
+  with gzip.open(tmp_path / 'sub' / 'b.txt.gz', 'wt', encoding='utf-8') as f:
+    f.write('Four.\r\n  \r\nFive.\r\nSix.')
+  (tmp_path / '.hidden').write_text('ignored\n')
+  upload(tmp_path, gcs_dir)
+  expected = [['One.', 'Two.'], ['Three.'], ['Four.'], ['Five.', 'Six.']]
+  assert list(corpus.TextFiles(str(tmp_path)).documents()) == expected
+  assert list(corpus.TextFiles(gcs_dir).documents()) == expected
+  assert list(corpus.TextFiles(f'{gcs_dir}/*.txt').documents()) == expected[:2]
+  assert list(corpus.TextFiles(f'{gcs_dir}/**/*.gz').documents()) == expected[2:]
+  assert corpus.TextFiles(gcs_dir).files == [f'{gcs_dir}/a.txt', f'{gcs_dir}/sub/b.txt.gz']
+  with pytest.raises(DataError, match='no objects found at data.source'):
+    corpus.TextFiles(f'{gcs_dir}/nothing-here/*.txt')
+
+
+def test_text_source_packs_like_the_local_copy(tmp_path, gcs_dir, cache_dir):
+  """Same examples from gs:// as from the same file on disk; the cache key changes when the object changes."""
+  local = make_corpus(tmp_path / 'corpus.txt.gz', documents=30, gz=True)
+  remote = f'{gcs_dir}/corpus.txt.gz'
+  upload(tmp_path, gcs_dir)
+  tokenizer = data.load_tokenizer(data.DataConfig(source=local, vocab_size=60))
+  config = data.DataConfig(source=remote, vocab_size=60, max_seq_length=32)
+  from_gcs = data.load_examples(config, tokenizer)
+  from_disk = data.load_examples(data.DataConfig(source=local, vocab_size=60, max_seq_length=32), tokenizer)
+  np.testing.assert_array_equal(from_gcs.input_ids, from_disk.input_ids)
+  before = data.open_source(config).fingerprint()
+  make_corpus(tmp_path / 'corpus.txt.gz', documents=31, gz=True)
+  upload(tmp_path, gcs_dir)
+  assert data.open_source(config).fingerprint() != before
+  del cache_dir
+
+
+@pytest.fixture(scope='module')
+def built(tmp_path_factory, corpus_file):
+  """A dataset built on disk: (its directory, the tokenizer it holds)."""
+  directory = tmp_path_factory.mktemp('built') / 'data'
+  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=60,
+                                                  cache_dir=str(tmp_path_factory.mktemp('cache'))))
+  build.build(corpus.TextFiles(corpus_file), tokenizer, str(directory), max_length=32, processes=1,
+              shard_bytes=2000)
+  return str(directory), tokenizer
+
+
+def test_built_shards_are_read_from_a_verified_local_copy(built, gcs_dir, tmp_path, capsys):
+  directory, tokenizer = built
+  upload(directory, gcs_dir)
+  config = data.DataConfig(source=gcs_dir, max_seq_length=32, cache_dir=str(tmp_path))
+  assert data.load_tokenizer(config).fingerprint == tokenizer.fingerprint
+  assert 'copying' in capsys.readouterr().err
+  examples = data.load_examples(config, tokenizer)
+  assert 'copying' not in capsys.readouterr().err  # the copy is reused
+  local = data.load_examples(data.DataConfig(source=directory, max_seq_length=32), tokenizer)
+  assert len(local.metadata['shards']) > 1
+  everything = np.arange(len(local))
+  np.testing.assert_array_equal(examples.read(everything)[0], local.read(everything)[0])
+
+  # A changed object is copied again; a missing one is one clear error.
+  shard = local.metadata['shards'][0]['file']
+  (fileio.path(gcs_dir) / shard).write_bytes((fileio.path(directory) / shard).read_bytes())
+  data.load_examples(config, tokenizer)
+  assert '1 file(s)' in capsys.readouterr().err
+  (fileio.path(gcs_dir) / shard).unlink()
+  with pytest.raises(DataError, match=f'{gcs_dir}/{shard} does not exist'):
+    data.load_examples(config, tokenizer)
+
+
+def test_local_copy_checks_disk_space_first(built, gcs_dir, tmp_path, monkeypatch):
+  directory, _ = built
+  upload(directory, gcs_dir)
+  monkeypatch.setattr(shutil, 'disk_usage', lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
+  with pytest.raises(OSError, match='GiB are free: set data.cache_dir') as error:
+    fileio.local_copy(gcs_dir, os.listdir(directory), str(tmp_path))
+  assert error.value.errno == errno.ENOSPC
+  assert not os.listdir(fileio.cache_path(str(tmp_path), gcs_dir))
+
+
+tfds = pytest.importorskip('tensorflow_datasets')
+
+
+@pytest.fixture(scope='module')
+def tfds_dir(tmp_path_factory):
+  """A tensorflow-datasets dataset prepared in ArrayRecord format (tfds does that without TensorFlow)."""
+
+  class ElectraGcsText(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version('1.0.0')
+
+    def _info(self):
+      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({'text': tfds.features.Text()}))
+
+    def _split_generators(self, dl_manager):
+      del dl_manager
+      return {'train': self._generate_examples(12), 'validation': self._generate_examples(3)}
+
+    def _generate_examples(self, count):
+      for i in range(count):
+        yield i, {'text': f'Document {i}.\nIts second line.'}
+
+  directory = str(tmp_path_factory.mktemp('tfds'))
+  ElectraGcsText(data_dir=directory, file_format='array_record').download_and_prepare()
+  return directory
+
+
+def test_tfds_data_dir_on_gcs(tfds_dir, gcs_dir, tmp_path):
+  upload(tfds_dir, gcs_dir)
+  local = corpus.open_source('tfds:electra_gcs_text', tfds_data_dir=tfds_dir)
+  remote = corpus.open_source('tfds:electra_gcs_text', tfds_data_dir=gcs_dir, cache_dir=str(tmp_path))
+  assert sorted(map(tuple, remote.documents())) == sorted(map(tuple, local.documents()))
+  assert len(remote.records) == 12
+  # Only the split asked for is copied, with the dataset's metadata.
+  copied = sorted(os.listdir(os.path.join(fileio.cache_path(str(tmp_path), gcs_dir), 'electra_gcs_text', '1.0.0')))
+  assert [name for name in copied if not name.startswith('.')] == [
+      'dataset_info.json', 'electra_gcs_text-train.array_record-00000-of-00001', 'features.json']
+  assert remote.fingerprint()[2] == gcs_dir
