@@ -126,7 +126,8 @@ def gcs_bucket(tmp_path_factory):
   port = free_port()
   log = tmp_path_factory.mktemp('gcs') / 'emulator.log'
   with open(log, 'wb') as out:
-    server = subprocess.Popen([sys.executable, '-m', 'gcp_storage_emulator', 'start', '--host=127.0.0.1',
+    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), 'gcs_emulator.py'), 'start',
+                               '--host=127.0.0.1',
                                f'--port={port}', '--in-memory', f'--default-bucket={GCS_BUCKET}'],
                               stdout=out, stderr=subprocess.STDOUT)
   url = f'http://127.0.0.1:{port}'
