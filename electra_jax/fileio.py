@@ -6,14 +6,17 @@ Orbax writes checkpoints to gs:// with tensorstore's own client. Code that takes
 either kind and never calls `os.path` on it: `os.path.abspath('gs://b/x')` is a local path.
 
 array_record's reader (built shards, tfds datasets) opens local files only: `local_copy` gives it a verified copy of
-the remote files in the local cache.
+the remote files in the local cache. `check_remote` fails early, in one line, on a missing bucket or missing
+permissions; `describe` turns a Cloud Storage client's error into one line naming the gs:// object.
 """
 
 import base64
 import errno
 import os
+import re
 import shutil
 import sys
+import urllib.parse
 import uuid
 from typing import Iterable
 
@@ -43,9 +46,11 @@ def _filesystem(location: str):
 def list_files(location: str) -> list[str]:
   """The files at remote `location`: the object itself, every object under it (a directory), or a glob's matches.
 
-  Names starting with '.' are left out of directories, as local directory sources leave them out.
+  Names starting with '.' are left out of directories, as local directory sources leave them out. Raises OSError
+  (see `check_remote`) for a missing bucket or missing permission.
   """
   fs, inside = _filesystem(location)
+  check_remote(location.split('*')[0].split('?')[0].split('[')[0])
   if fs.isdir(inside):
     found = [p for p in fs.find(inside) if not os.path.basename(p).startswith('.')]
   elif any(c in inside for c in '*?['):
@@ -53,6 +58,50 @@ def list_files(location: str) -> list[str]:
   else:
     found = [inside] if fs.isfile(inside) else []
   return sorted(fs.unstrip_protocol(p) for p in found)
+
+
+# gcsfs names the object of a failed request by its API path ('b/BUCKET/o/NAME', URL-quoted, maybe inside a URL).
+_API_PATH = re.compile(r'(?:^|[/\s])b/(?P<bucket>[^/?\s]+)/o(?:/(?P<name>[^?\s]*))?')
+ACCESS_ADVICE = ('grant the account this runs as roles/storage.objectUser on the bucket (roles/storage.objectViewer '
+                 'to read only), or check the credentials it uses (`gcloud auth application-default login` outside '
+                 'Cloud; a Cloud TPU VM uses its service account)')
+
+
+def describe(error: Exception, location: str = '') -> str:
+  """One line for a failed file operation: for Cloud Storage, the gs:// object (or `location`, what was asked for)
+  and what to do (a missing object or bucket, no permission, credentials refused); else the error's own message."""
+  text = str(error.args[0]) if len(error.args) == 1 else (getattr(error, 'strerror', None) or str(error))
+  code = getattr(error, 'code', None)  # gcsfs's HttpError: what the API answered, e.g. 401
+  match = _API_PATH.search(text)
+  if match is None and code is None:
+    return ' '.join(text.split())
+  where = location or 'Cloud Storage'
+  if match and not location:
+    where = f'gs://{match["bucket"]}/{urllib.parse.unquote(match["name"] or "")}'.rstrip('/')
+  lines = text.split('\n')
+  if isinstance(error, FileNotFoundError):
+    if match and not match['name']:
+      return (f'{where}: bucket not found (or this account cannot see it); check the name, or create it with '
+              f'`gcloud storage buckets create {where} --location=REGION`')
+    return f'{where} does not exist (it was deleted, or the path is wrong)'
+  if text.startswith('Forbidden') or code in (401, 403):
+    detail = lines[1].strip() if len(lines) > 1 and lines[1].strip() else lines[0]
+    return f'no access to {where} ({detail}); {ACCESS_ADVICE}'
+  return f'{where}: {" ".join(text.split())}'
+
+
+def check_remote(location: str):
+  """Raises OSError (one line: what is wrong, what to do) unless remote `location`'s bucket exists and this machine
+  may list it. Writes nothing: runs call it first, so a wrong bucket or missing permission costs no work."""
+  fs, inside = _filesystem(location)
+  bucket = inside.split('/', 1)[0]
+  try:
+    fs.ls(inside, refresh=True)
+  except FileNotFoundError:
+    if not fs.exists(bucket):
+      raise FileNotFoundError(describe(FileNotFoundError(f'b/{bucket}/o'))) from None
+  except OSError as e:
+    raise PermissionError(describe(e, location)) from None
 
 
 def cache_path(cache_dir: str, location: str) -> str:
@@ -88,7 +137,7 @@ def local_copy(location: str, names: Iterable[str], cache_dir: str) -> str:
   for name in names:
     info = objects.get(f'{inside}/{name}')
     if info is None:
-      raise FileNotFoundError(errno.ENOENT, f'{location}/{name} does not exist')
+      raise FileNotFoundError(f'{location}/{name} does not exist')
     stamp = f'{info.get("generation", "")}:{info["size"]}'
     local = os.path.join(local_dir, name)
     if not (os.path.isfile(local) and _read(_stamp_file(local)) == stamp):

@@ -8,10 +8,13 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8 --x
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import gzip  # pylint: disable=g-import-not-at-top,wrong-import-position
+import http.server
+import json
 import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -156,3 +159,33 @@ def gcs_bucket(tmp_path_factory):
 def gcs_dir(gcs_bucket):
   """A fresh gs:// directory for one test."""
   return f'{gcs_bucket}/{uuid.uuid4().hex[:12]}'
+
+
+class _Forbidden(http.server.BaseHTTPRequestHandler):
+  """Answers every request as Cloud Storage answers an account without permission."""
+
+  def _deny(self):
+    body = json.dumps({'error': {'code': 403, 'message': 'tester@example.com does not have storage.objects.list '
+                                 'access to the Google Cloud Storage bucket.', 'errors': [{'reason': 'forbidden'}]}})
+    self.send_response(403)
+    self.send_header('Content-Type', 'application/json')
+    self.send_header('Content-Length', str(len(body)))
+    self.end_headers()
+    self.wfile.write(body.encode())
+
+  do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _deny
+
+  def log_message(self, *args):
+    del args
+
+
+@pytest.fixture(scope='module')
+def forbidden_gcs_environment():
+  """The environment (for a subprocess) of a machine whose credentials Cloud Storage refuses: every request is
+  answered 403 by a local server."""
+  server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Forbidden)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield dict(os.environ, **emulator_environment(f'http://127.0.0.1:{server.server_address[1]}'))
+  server.shutdown()
+  server.server_close()

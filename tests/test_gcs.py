@@ -4,6 +4,8 @@ import errno
 import gzip
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from conftest import make_corpus
 from electra_jax import data, fileio
 from electra_jax.data import DataError, build, corpus
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def upload(local_dir, remote: str):
@@ -137,3 +141,28 @@ def test_tfds_data_dir_on_gcs(tfds_dir, gcs_dir, tmp_path):
   assert [name for name in copied if not name.startswith('.')] == [
       'dataset_info.json', 'electra_gcs_text-train.array_record-00000-of-00001', 'features.json']
   assert remote.fingerprint()[2] == gcs_dir
+
+
+def _one_line_error(argv, env=None) -> str:
+  """The stderr of a command that must fail with one line `error: ...` and status 1."""
+  result = subprocess.run([sys.executable, '-m', *argv], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=REPO)
+  assert result.returncode == 1, result.stderr[-3000:]
+  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
+  return lines[0]
+
+
+def test_data_errors_on_gcs_are_one_line(gcs_dir, tmp_path, forbidden_gcs_environment):
+  line = _one_line_error(['electra_jax.data', 'inspect', '--source=gs://no-such-bucket/corpus/*.txt'])
+  assert 'gs://no-such-bucket: bucket not found' in line and 'gcloud storage buckets create' in line
+  line = _one_line_error(['electra_jax.data', 'inspect', f'--source={gcs_dir}/corpus.txt'],
+                         env=forbidden_gcs_environment)
+  assert f'no access to {gcs_dir}/corpus.txt (tester@example.com does not have' in line
+  assert 'roles/storage.objectUser' in line
+  # An object that goes away between listing and reading.
+  (fileio.path(gcs_dir) / 'a.txt').write_text('One.\n')
+  source = corpus.TextFiles(gcs_dir)
+  (fileio.path(gcs_dir) / 'a.txt').unlink()
+  with pytest.raises(DataError, match=f'^{gcs_dir}/a.txt does not exist'):
+    list(source.documents())

@@ -75,7 +75,8 @@ def built_directory(config: DataConfig) -> str:
     return fileio.local_copy(config.source, names + [shard['file'] for shard in metadata['shards']],
                              cache_dir(config))
   except OSError as e:
-    raise DataError(f'cannot copy the built dataset {config.source} to the local cache: {e}') from None
+    raise DataError(f'cannot copy the built dataset {config.source} to the local cache: '
+                    f'{fileio.describe(e)}') from None
 
 
 def load_tokenizer(config: DataConfig) -> Tokenizer:

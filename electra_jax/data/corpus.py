@@ -36,8 +36,8 @@ def resolve_files(source: str) -> list[str]:
   if fileio.is_remote(source):
     try:
       files = fileio.list_files(source)
-    except ValueError as e:  # a malformed glob
-      raise DataError(f'data.source={source!r}: {e}') from None
+    except (OSError, ValueError) as e:  # no bucket or no access; a malformed glob
+      raise DataError(f'data.source={source!r}: {fileio.describe(e)}') from None
     if not files:
       raise DataError(f'no objects found at data.source={source!r}; give an object, a directory or a glob such as '
                       "'gs://BUCKET/corpus/*.txt.gz' (`gcloud storage ls` shows what is there)")
@@ -81,7 +81,9 @@ def read_lines(path: str) -> Iterator[str]:
         except UnicodeDecodeError as e:
           raise DataError(f'{path} line {number} is not valid UTF-8 ({e.reason}); convert the file to UTF-8 '
                           '(e.g. iconv -f latin1 -t utf-8) or remove it from data.source') from None
-  except (OSError, EOFError) as e:  # unreadable, or a truncated/corrupt .gz
+  except (OSError, EOFError) as e:  # unreadable, gone, or a truncated/corrupt .gz
+    if fileio.is_remote(path) and isinstance(e, OSError):  # a missing object, no access: the client's error says
+      raise DataError(fileio.describe(e)) from None
     raise DataError(f'cannot read {path}: {e}; fix or remove the file') from None
 
 
@@ -149,8 +151,9 @@ class TfdsText:
     try:
       local_dir = _local_tfds_copy(tfds, name, split, data_dir, cache_dir) if fileio.is_remote(data_dir) else data_dir
       self.records = tfds.data_source(name, split=split, data_dir=local_dir or None, download=False)
-    except OSError as e:  # copying a remote data_dir: no room, or an object went missing
-      raise DataError(f'cannot copy tensorflow-datasets {name!r} split {split!r} from {data_dir}: {e}') from None
+    except OSError as e:  # copying a remote data_dir: no room, an object gone, no access
+      raise DataError(f'cannot copy tensorflow-datasets {name!r} split {split!r} from {data_dir}: '
+                      f'{fileio.describe(e)}') from None
     except Exception as e:  # tfds raises many types for unknown, unprepared or non-ArrayRecord datasets
       first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise DataError(

@@ -27,8 +27,12 @@ SHARD_PATTERN = 'examples-{:05d}.array_record'
 
 
 def is_built(path: str) -> bool:
-  """Whether `path` (local or gs://) is a directory `build` wrote (recognised by its metadata file)."""
-  return bool(path) and (fileio.path(path) / METADATA).is_file()
+  """Whether `path` (local or gs://) is a directory `build` wrote (recognised by its metadata file). False when it
+  cannot be read: reading it as text then says why."""
+  try:
+    return bool(path) and (fileio.path(path) / METADATA).is_file()
+  except OSError:  # no access to the bucket
+    return False
 
 
 def read_metadata(directory: str) -> dict:
