@@ -166,3 +166,8 @@ def test_data_errors_on_gcs_are_one_line(gcs_dir, tmp_path, forbidden_gcs_enviro
   (fileio.path(gcs_dir) / 'a.txt').unlink()
   with pytest.raises(DataError, match=f'^{gcs_dir}/a.txt does not exist'):
     list(source.documents())
+
+
+def test_cache_dir_must_be_local(gcs_dir):
+  with pytest.raises(DataError, match='must be a local directory'):
+    data.load_tokenizer(data.DataConfig(source=gcs_dir, cache_dir=gcs_dir))
