@@ -16,6 +16,8 @@ import os
 import re
 import shutil
 import sys
+import tempfile
+import time
 import urllib.parse
 import uuid
 from typing import Iterable
@@ -191,3 +193,50 @@ def _write(local: str, text: str):
   with open(temporary, 'w', encoding='utf-8') as f:
     f.write(text)
   os.replace(temporary, local)
+
+
+class Staging:
+  """A local directory standing in for directory `location` for files that grow (metrics.jsonl, TensorBoard
+  events): `location` itself when it is local. Cloud Storage objects cannot be appended to, so for a remote one it
+  is a temporary directory, seeded with the existing `fetch` files, whose new or changed files `sync` uploads whole.
+  """
+
+  def __init__(self, location, fetch: Iterable[str] = ()):
+    self.remote = path(location) if is_remote(location) else None
+    if self.remote is None:
+      self.local = path(location)
+      return
+    self.local = epath.Path(tempfile.mkdtemp(prefix='electra_jax_staging_'))
+    for name in fetch:
+      if (self.remote / name).exists():
+        (self.local / name).write_bytes((self.remote / name).read_bytes())
+    self._uploaded = {name: self._stamp(self.local / name) for name in fetch if (self.local / name).exists()}
+    self._last_sync = time.monotonic()
+
+  @staticmethod
+  def _stamp(local: epath.Path) -> tuple:
+    stat = os.stat(local)
+    return stat.st_size, stat.st_mtime_ns
+
+  def sync(self, every: float = 0.0):
+    """Uploads the files written since the last sync, if `every` seconds have passed since it (no-op if local)."""
+    if self.remote is None or time.monotonic() - self._last_sync < every:
+      return
+    for root, _, names in os.walk(self.local):
+      for name in names:
+        relative = os.path.relpath(os.path.join(root, name), self.local)
+        stamp = self._stamp(self.local / relative)
+        if self._uploaded.get(relative) != stamp:
+          try:
+            (self.remote / relative).write_bytes((self.local / relative).read_bytes())
+          except OSError as e:
+            raise OSError(f'cannot upload {relative} to {self.remote} ({describe(e)}); the files are kept in '
+                          f'{self.local}') from None
+          self._uploaded[relative] = stamp
+    self._last_sync = time.monotonic()
+
+  def close(self):
+    """Uploads what is left and removes the temporary directory (kept if the upload fails)."""
+    if self.remote is not None:
+      self.sync()
+      shutil.rmtree(self.local)

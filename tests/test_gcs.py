@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import fsspec
 import numpy as np
 import pytest
 
@@ -171,3 +172,32 @@ def test_data_errors_on_gcs_are_one_line(gcs_dir, tmp_path, forbidden_gcs_enviro
 def test_cache_dir_must_be_local(gcs_dir):
   with pytest.raises(DataError, match='must be a local directory'):
     data.load_tokenizer(data.DataConfig(source=gcs_dir, cache_dir=gcs_dir))
+
+
+def test_staging_uploads_changed_files_and_keeps_them_when_it_cannot(gcs_dir):
+  remote = fileio.path(gcs_dir)
+  (remote / 'metrics.jsonl').write_text('{"step": 1}\n')
+  stage = fileio.Staging(gcs_dir, fetch=['metrics.jsonl'])
+  assert (stage.local / 'metrics.jsonl').read_text() == '{"step": 1}\n'
+  with open(stage.local / 'metrics.jsonl', 'a', encoding='utf-8') as f:
+    f.write('{"step": 2}\n')
+  (stage.local / 'tensorboard').mkdir()
+  (stage.local / 'tensorboard' / 'events').write_bytes(b'x')
+  stage.sync(every=3600)  # the last sync (at creation) was just now: nothing is uploaded yet
+  assert (remote / 'metrics.jsonl').read_text() == '{"step": 1}\n' and not (remote / 'tensorboard').exists()
+  stage.sync()
+  assert (remote / 'metrics.jsonl').read_text() == '{"step": 1}\n{"step": 2}\n'
+  before = fsspec.filesystem('gs').info(f'{gcs_dir}/tensorboard/events')['generation']
+  (stage.local / 'metrics.jsonl').write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+  stage.close()
+  assert (remote / 'metrics.jsonl').read_text().count('\n') == 3
+  # Unchanged since the last sync: not uploaded again.
+  assert fsspec.filesystem('gs').info(f'{gcs_dir}/tensorboard/events')['generation'] == before
+  assert not stage.local.exists()
+
+  stage = fileio.Staging('gs://no-such-bucket/run')
+  (stage.local / 'metrics.jsonl').write_text('{"step": 1}\n')
+  with pytest.raises(OSError, match=f'the files are kept in {stage.local}'):
+    stage.close()
+  assert (stage.local / 'metrics.jsonl').read_text() == '{"step": 1}\n'
+  shutil.rmtree(stage.local)
