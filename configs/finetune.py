@@ -37,7 +37,7 @@ def get_config():
   config.optimizer = default.adam()  # + weight_decay, b1, b2, eps, clip_norm, bias_correction
   config.optimizer.learning_rate = 0.0  # Peak learning rate; 0: the paper's for the model width.
   config.optimizer.layerwise_lr_decay = 0.0  # lr * decay^(L+2-depth); 0: the paper's (0.8, 0.9 large); 1: off.
-  config.optimizer.warmup_fraction = 0.1  # Linear warm-up over this fraction of the steps, then linear decay to 0.
+  config.optimizer.warmup_fraction = 0.1  # Warm-up over this fraction of the steps, overlapping the decay to 0.
 
   config.squad = ml_collections.ConfigDict()
   config.squad.doc_stride = 128  # Tokens between the starts of a context's windows.

@@ -9,15 +9,21 @@ import optax
 from electra_jax.config import AdamConfig, OptimizerConfig
 
 
-def learning_rate_schedule(config: OptimizerConfig, train_steps: int) -> optax.Schedule:
-  """lr * min(1, t / warmup) * (1 - t / T): warm-up and linear decay overlap, as in the official code."""
-  decay = optax.linear_schedule(config.learning_rate, 0.0, train_steps)
+def warmup_linear_decay(learning_rate: float, warmup_steps: float, total_steps: int) -> optax.Schedule:
+  """lr * min(1, t / warmup) * (1 - t / T): warm-up and linear decay overlap, as in the official code
+  (model/optimization.py); `warmup_steps` may be fractional (fine-tuning's 10% of T), 0 means none."""
+  decay = optax.linear_schedule(learning_rate, 0.0, total_steps)
 
   def schedule(step):
-    if not config.warmup_steps:
+    if not warmup_steps:
       return decay(step)
-    return decay(step) * jnp.minimum(1.0, step / config.warmup_steps)
+    return decay(step) * jnp.minimum(1.0, step / warmup_steps)
   return schedule
+
+
+def learning_rate_schedule(config: OptimizerConfig, train_steps: int) -> optax.Schedule:
+  """Pre-training's schedule: `warmup_linear_decay` over config.warmup_steps."""
+  return warmup_linear_decay(config.learning_rate, config.warmup_steps, train_steps)
 
 
 class ScaleByAdamState(NamedTuple):

@@ -8,7 +8,7 @@ import tensorflow_datasets as tfds
 
 from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import features, squad, tasks
+from electra_jax.finetune import features, predict, squad, tasks
 from electra_jax.finetune.config import SquadConfig
 
 
@@ -112,6 +112,39 @@ def test_word_features_label_first_sub_tokens(tokenizer):
   assert positions[0] == 1 and len(positions) == 3
   labels = feats.arrays['labels'][0]
   assert labels[positions].tolist() == [1, 1, 0] and (labels >= 0).sum() == 3
+  length = feats.arrays['input_mask'][0].sum()
+  assert (feats.arrays['segment_ids'][0][:length] == 1).all()  # the official tagging featurizer's segment ids
+
+
+def test_stsb_targets_are_scaled_to_0_1_and_predictions_back(tokenizer):
+  # Official RegressionTask(0, 5): target (label - 0) / 5, so 3.8 -> 0.76; an output of 0.5 is a score of 2.5.
+  task = tasks.get_task('stsb')
+  examples = [tasks.TextExample('0', ('the cat', 'a dog'), 3.8), tasks.TextExample('1', ('a', 'b'), None)]
+  feats = features.encode_texts(task, examples, tokenizer, 32, training=False)
+  np.testing.assert_allclose(feats.arrays['labels'], [0.76, np.nan], rtol=1e-6)
+  outputs = {'logits': np.array([[0.5], [1.0]], np.float32)}
+  assert predict.decode(task, feats, outputs, SquadConfig()) == pytest.approx([2.5, 5.0])
+  local = tasks.Task('r', tasks.REGRESSION, 'files', '')  # no declared range: raw targets
+  assert features.encode_texts(local, examples[:1], tokenizer, 32, training=False).arrays['labels'][0] == \
+      pytest.approx(3.8)
+
+
+@pytest.mark.parametrize('rows, batch, epochs, expected', [
+    (1000, 32, 3.0, 96),  # official: ceil(1000 / 32) = 32 batches per epoch (rows padded to whole batches) x 3
+    (1000, 32, 2.5, 80),
+    (64, 32, 3.0, 6),
+    (10, 32, 0.5, 1),  # int(0.5) = 0, at least one step
+])
+def test_train_steps_count_whole_batches(rows, batch, epochs, expected):
+  assert features.num_train_steps(rows, batch, epochs) == expected
+
+
+def test_improve_span_narrows_to_the_answer_tokens():
+  # Official _improve_answer_span: "(1895-1943)." -> ( 1895 - 1943 ) .; the answer "1895" is token 1 of the word.
+  doc = [10, 11, 12, 13, 14, 15]  # ( 1895 - 1943 ) .
+  assert squad.improve_span(doc, 0, 5, [11]) == (1, 1)
+  assert squad.improve_span(doc, 0, 5, [13, 14]) == (3, 4)
+  assert squad.improve_span(doc, 0, 5, [99]) == (0, 5)  # not found: the word span
 
 
 def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
@@ -122,8 +155,11 @@ def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
   feats = squad.encode([example], tokenizer, 24, config, training=True)
   assert len(feats) > 2  # several overlapping windows
   arrays = feats.arrays
-  holding = np.flatnonzero(arrays['is_impossible'] == 0)
-  assert len(holding) >= 1 and (arrays['start_positions'][arrays['is_impossible'] == 1] == 0).all()
+  holding = np.flatnonzero(arrays['start_positions'] > 0)
+  assert 1 <= len(holding) < len(feats)
+  # Windows without the answer point at [CLS], yet stay labelled answerable: the official label is the question's.
+  assert (arrays['end_positions'][arrays['start_positions'] == 0] == 0).all()
+  assert (arrays['is_impossible'] == 0).all()
   row = holding[0]
   words, _ = squad.split_words(context)
   token_to_word = feats.windows['token_to_word'][row]

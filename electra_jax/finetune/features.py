@@ -2,10 +2,10 @@
 
 Every task becomes `input_ids`, `segment_ids`, `input_mask` [n, length] int32 plus its targets:
   classification  `labels` [n] int32 class ids (-1: unlabelled)
-  regression      `labels` [n] float32 (NaN: unlabelled)
+  regression      `labels` [n] float32, the target scaled as the task says (STS-B: / 5; NaN: unlabelled)
   tagging         `labels` [n, length] int32 tag id at the first sub-token of each word, -1 elsewhere
   squad           `start_positions`, `end_positions` [n] int32, `is_impossible` [n] float32 (see squad.py)
-Sequences are `[CLS] a [SEP] (b [SEP])`, segment 0 then 1, padded to the split's longest sequence rounded up
+Sequences are `[CLS] a [SEP] (b [SEP])`, segment 0 then 1 (tagging: all 1, as the official code), padded to the split's longest sequence rounded up
 to a multiple of 16 (at most max_seq_length): short-sentence tasks run much faster than at a fixed 128.
 """
 
@@ -81,7 +81,7 @@ def encode_texts(task: tasks_lib.Task, examples: list[tasks_lib.TextExample], to
   arrays = pack(sequences, segments, pad_length(max(map(len, sequences), default=1), max_seq_length))
   index = np.array([i for i, _, _ in pairs], np.int64)
   if task.kind == tasks_lib.REGRESSION:
-    values = [np.nan if examples[i].label is None else examples[i].label for i in index]
+    values = [np.nan if examples[i].label is None else task.scale(examples[i].label) for i in index]
     arrays['labels'] = np.array(values, np.float32).reshape(-1)
   else:
     ids = {name: k for k, name in enumerate(task.labels)}
@@ -109,7 +109,7 @@ def encode_words(task: tasks_lib.Task, examples: list[tasks_lib.TaggingExample],
     offset += len(e.words)
     tokens.append(special.sep)
     sequences.append(tokens)
-    segments.append([0] * len(tokens))
+    segments.append([1] * len(tokens))  # segment 1 throughout, as the official tagging featurizer
     positions.append(np.array(kept, np.int32))
     tag_rows.append(tags)
   arrays = pack(sequences, segments, pad_length(max(map(len, sequences), default=1), max_seq_length))
@@ -121,7 +121,8 @@ def encode_words(task: tasks_lib.Task, examples: list[tasks_lib.TaggingExample],
 
 
 def num_train_steps(num_rows: int, batch_size: int, epochs: float) -> int:
-  return max(1, int(epochs * num_rows) // batch_size)
+  """int(ceil(rows / batch) * epochs), as the official code counts (it pads the rows to whole batches)."""
+  return max(1, int(-(-num_rows // batch_size) * epochs))
 
 
 def train_batches(arrays: dict[str, np.ndarray], batch_size: int, num_steps: int, seed: int,

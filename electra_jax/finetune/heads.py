@@ -6,8 +6,9 @@ exactly the pre-trained subtrees (the generator is never called, so it has no pa
   classification/regression  h[CLS] -> dropout -> dense(num_labels or 1)
   tagging                    h[token] -> dropout -> dense(num_tags) (the label sits on each word's first sub-token)
   squad                      start = dense(1)(h); end = dense(1)(gelu(dense(512)([h; h_start]))) with the gold
-                             start in training and a beam of the top-k starts otherwise; SQuAD 2.0 adds an
-                             "impossible" logit dense(1)(gelu(dense(512)([h_CLS; softmax(start) . H]))).
+                             start in training and a beam of the top-k starts otherwise; and an "impossible"
+                             logit dense(1)(gelu(dense(512)([h_CLS; softmax(start) . H]))), trained on SQuAD 1.1
+                             too (official answerable_classifier=True for every QA task; only 2.0 decodes with it).
 """
 
 import flax.linen as nn
@@ -60,11 +61,10 @@ class SquadHead(nn.Module):
 
   train: {'start_logits', 'end_logits' [batch, length]}, end logits conditioned on
   the gold start. Otherwise, with k = min(beam_size, length): {'start_top_log_probs', 'start_top_index'
-  [batch, k], 'end_top_log_probs', 'end_top_index' [batch, k, k]}; 'impossible_logit' [batch] only for v2.
+  [batch, k], 'end_top_log_probs', 'end_top_index' [batch, k, k]}. Always 'impossible_logit' [batch].
   """
   config: ModelConfig
   squad: SquadConfig
-  v2: bool
 
   @nn.compact
   def __call__(self, hidden, batch, *, train: bool):
@@ -95,10 +95,9 @@ class SquadHead(nn.Module):
       end_top_log_probs, end_top_index = jax.lax.top_k(jax.nn.log_softmax(end_logits_given(start_features)), k)
       outputs = {'start_top_log_probs': start_top_log_probs, 'start_top_index': start_top_index,
                  'end_top_log_probs': end_top_log_probs, 'end_top_index': end_top_index}
-    if self.v2:
-      start_feature = jnp.einsum('bl,blh->bh', jax.nn.softmax(start_logits).astype(hidden.dtype), hidden)
-      x = gelu(dense(512, c, (None, None), 'answerable_hidden')(jnp.concatenate([hidden[:, 0], start_feature], -1)))
-      outputs['impossible_logit'] = dense(1, c, (None, None), 'answerable_logit')(x)[..., 0].astype(jnp.float32)
+    start_feature = jnp.einsum('bl,blh->bh', jax.nn.softmax(start_logits).astype(hidden.dtype), hidden)
+    x = gelu(dense(512, c, (None, None), 'answerable_hidden')(jnp.concatenate([hidden[:, 0], start_feature], -1)))
+    outputs['impossible_logit'] = dense(1, c, (None, None), 'answerable_logit')(x)[..., 0].astype(jnp.float32)
     return outputs
 
 
@@ -108,12 +107,11 @@ class Finetuner(Electra):
   num_outputs: int = 2
   head_dropout: float = 0.1
   squad: SquadConfig = SquadConfig()
-  squad_v2: bool = False
 
   def setup(self):
     super().setup()
     if self.kind == tasks.SQUAD:
-      self.head = SquadHead(self.config, self.squad, self.squad_v2)
+      self.head = SquadHead(self.config, self.squad)
     else:  # tagging: every token; classification and regression: [CLS]
       self.head = DenseHead(self.config, self.num_outputs, self.head_dropout, cls_only=self.kind != tasks.TAGGING)
 
@@ -125,16 +123,17 @@ class Finetuner(Electra):
 
 def make_model(task: tasks.Task, config: ModelConfig, head_dropout: float, squad: SquadConfig) -> Finetuner:
   num_outputs = 1 if task.kind in (tasks.REGRESSION, tasks.SQUAD) else len(task.labels)
-  return Finetuner(config, kind=task.kind, num_outputs=num_outputs, head_dropout=head_dropout, squad=squad,
-                   squad_v2=task.squad_v2)
+  return Finetuner(config, kind=task.kind, num_outputs=num_outputs, head_dropout=head_dropout, squad=squad)
 
 
 def loss(kind: str, outputs, batch, squad: SquadConfig):
-  """Summed loss and its denominator, each a float32 scalar; rows/tokens without a label do not count.
+  """(The loss summed over the batch, the number of rows or labelled tokens), float32 scalars.
 
-  classification: cross-entropy, labels [batch] (-1: none); regression: squared error, labels [batch]
-  (NaN: none); tagging: cross-entropy per labelled token, labels [batch, length]; squad: per window
-  (CE(start) + CE(end)) / 2 + answerable_weight * sigmoid CE(impossible) (the last only for SQuAD 2.0).
+  The sum is what the train step differentiates (as the official code does); the count only turns it into the
+  logged mean. Rows/tokens without a label do not count. Per row: classification cross-entropy, labels [batch]
+  (-1: none); regression squared error, labels [batch] (NaN: none); tagging the sum of the cross-entropies of
+  its labelled tokens, labels [batch, length]; squad, per window, (CE(start) + CE(end)) / 2 +
+  answerable_weight * sigmoid CE(impossible logit, is_impossible), on SQuAD 1.1 too.
   """
   if kind == tasks.REGRESSION:
     labels = batch['labels']
@@ -148,10 +147,8 @@ def loss(kind: str, outputs, batch, squad: SquadConfig):
     return jnp.sum(ce * weight), jnp.sum(weight)
   start = optax.softmax_cross_entropy_with_integer_labels(outputs['start_logits'], batch['start_positions'])
   end = optax.softmax_cross_entropy_with_integer_labels(outputs['end_logits'], batch['end_positions'])
-  per_row = (start + end) / 2
-  if 'impossible_logit' in outputs:
-    per_row += squad.answerable_weight * optax.sigmoid_binary_cross_entropy(outputs['impossible_logit'],
-                                                                         batch['is_impossible'])
+  per_row = (start + end) / 2 + squad.answerable_weight * optax.sigmoid_binary_cross_entropy(
+      outputs['impossible_logit'], batch['is_impossible'])
   return jnp.sum(per_row), jnp.asarray(per_row.shape[0], jnp.float32)
 
 

@@ -1,4 +1,6 @@
-"""The fine-tuning optimiser: ELECTRA's AdamW with layer-wise learning-rate decay, 10% warm-up, linear decay.
+"""The fine-tuning optimiser: ELECTRA's AdamW with layer-wise learning-rate decay, and the official schedule
+lr * min(1, t / w) * (1 - t / T) with w = warmup_fraction * T: the 10% warm-up overlaps the linear decay (the peak,
+at t = w, is 0.9 lr), exactly as pre-training's and as the official run_finetuning.py / model/optimization.py.
 
 Layer-wise decay (ELECTRA paper, appendix): with L encoder layers, the task head has depth L+2, encoder layer i
 depth i+1 and the embeddings (with `embeddings_project`) depth 0; a parameter's learning rate is
@@ -50,12 +52,8 @@ def layerwise_decay(num_layers: int, decay: float) -> optax.GradientTransformati
 
 
 def learning_rate_schedule(learning_rate: float, total_steps: int, warmup_fraction: float) -> optax.Schedule:
-  """Linear warm-up from 0 over warmup_fraction * total_steps, then linear decay to 0 at total_steps."""
-  warmup = int(round(warmup_fraction * total_steps))
-  if warmup == 0:
-    return optax.linear_schedule(learning_rate, 0.0, max(total_steps, 1))
-  return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup),
-                               optax.linear_schedule(learning_rate, 0.0, max(total_steps - warmup, 1))], [warmup])
+  """lr * min(1, t / w) * (1 - t / T), w = warmup_fraction * T (not rounded: the official code divides by it)."""
+  return pretrain_optimizer.warmup_linear_decay(learning_rate, warmup_fraction * total_steps, max(total_steps, 1))
 
 
 def make_optimizer(config: OptimizerConfig, num_layers: int, total_steps: int):

@@ -62,7 +62,7 @@ def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_
   if task.kind == tasks.CLASSIFICATION:
     return [task.labels[i] for i in np.argmax(outputs['logits'], -1)]
   if task.kind == tasks.REGRESSION:
-    return [float(x) for x in outputs['logits'][:, 0]]
+    return [task.unscale(float(x)) for x in outputs['logits'][:, 0]]
   if task.kind == tasks.TAGGING:
     fallback = 'O' if 'O' in task.labels else task.labels[0]
     result = []

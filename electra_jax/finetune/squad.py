@@ -1,8 +1,11 @@
 """SQuAD: contexts cut into overlapping windows, and answer spans decoded back into context words.
 
 As BERT/ELECTRA do it: the context is split on whitespace into words, each word is sub-tokenized, and the input
-is `[CLS] question [SEP] window [SEP]`, windows `doc_stride` tokens apart. A training window whose span does not
-hold the answer (or whose question has none) points at [CLS] (start = end = 0) and is labelled impossible. A
+is `[CLS] question [SEP] window [SEP]`, windows `doc_stride` tokens apart. The answer's token span is narrowed to
+the sub-tokens of the answer text where they occur inside its words (official `_improve_answer_span`: "1895"
+in "(1895-1943)."). A training window whose span does not hold the answer (or whose question has none) points
+at [CLS] (start = end = 0). Its answerability target is the question's `is_impossible`, not the window's: the
+official code labels every window of an answerable question answerable (and every SQuAD 1.1 window). A
 span is decoded from the beam of the head (see heads.SquadHead), keeping starts in the window where the token
 has its most context, and mapped back to whole context words.
 """
@@ -31,15 +34,19 @@ def split_words(context: str) -> tuple[list[str], list[int]]:
   return words, char_to_word
 
 
-def _answer_words(example: SquadExample, char_to_word: list[int]) -> tuple[int, int] | None:
-  """First and last word of the first gold answer, or None when its offsets do not match the context."""
+def _answer_words(example: SquadExample, words: list[str], char_to_word: list[int]) -> tuple[int, int] | None:
+  """First and last word of the first gold answer, or None when its offsets do not match the context: as the
+  official reader, the answer text (whitespace-normalised, lower-cased) must occur in the words it spans."""
   if example.is_impossible or not example.answers:
     return None
   text, start = example.answers[0], example.answer_starts[0]
   end = start + len(text) - 1
-  if not text or start < 0 or end >= len(example.context) or example.context[start:end + 1] != text:
+  if not text or start < 0 or end >= len(char_to_word):
     return None
-  return max(char_to_word[start], 0), char_to_word[end]
+  first, last = max(char_to_word[start], 0), char_to_word[end]
+  if ' '.join(text.split()).lower() not in ' '.join(words[first:last + 1]).lower():
+    return None
+  return first, last
 
 
 def _windows(num_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
@@ -66,6 +73,18 @@ def _max_context(spans: list[tuple[int, int]], index: int, position: int) -> boo
   return best == index
 
 
+def improve_span(doc: list[int], start: int, end: int, answer: list[int]) -> tuple[int, int]:
+  """The first (longest-first) sub-span of doc[start:end + 1] whose tokens are the answer's; (start, end) if none.
+
+  The official code compares the sub-token strings joined by spaces; comparing the token ids is the same test.
+  """
+  for new_start in range(start, end + 1):
+    for new_end in range(end, new_start - 1, -1):
+      if doc[new_start:new_end + 1] == answer:
+        return new_start, new_end
+  return start, end
+
+
 def encode(examples: list[SquadExample], tokenizer: Tokenizer, max_seq_length: int, config: SquadConfig, *,
            training: bool) -> features_lib.Features:
   """One row per window. Training drops examples whose answer offsets do not match the context.
@@ -78,11 +97,12 @@ def encode(examples: list[SquadExample], tokenizer: Tokenizer, max_seq_length: i
   questions = tokenizer.encode([e.question for e in examples]) if examples else []
   split = [split_words(e.context) for e in examples]
   pieces = tokenizer.encode([w for words, _ in split for w in words]) if examples else []
+  answer_ids = tokenizer.encode([e.answers[0] if e.answers else '' for e in examples]) if training else []
   sequences, segments, rows, token_maps, contexts, targets = [], [], [], [], [], []
   offset = 0
   for i, (example, (words, char_to_word)) in enumerate(zip(examples, split)):
     word_pieces, offset = pieces[offset:offset + len(words)], offset + len(words)
-    answer = _answer_words(example, char_to_word)
+    answer = _answer_words(example, words, char_to_word)
     if training and answer is None and not example.is_impossible:
       continue
     doc, doc_to_word, word_start = [], [], []
@@ -94,6 +114,8 @@ def encode(examples: list[SquadExample], tokenizer: Tokenizer, max_seq_length: i
     if answer is not None:
       answer_start = word_start[answer[0]]
       answer_end = (word_start[answer[1] + 1] if answer[1] + 1 < len(words) else len(doc)) - 1
+      if training:
+        answer_start, answer_end = improve_span(doc, answer_start, answer_end, answer_ids[i])
     query = questions[i][:config.max_query_length]
     spans = _windows(len(doc), max(1, max_seq_length - len(query) - 3), config.doc_stride)
     prefix = len(query) + 2
@@ -103,10 +125,11 @@ def encode(examples: list[SquadExample], tokenizer: Tokenizer, max_seq_length: i
       rows.append(i)
       token_maps.append([doc_to_word[start + k] for k in range(length)])
       contexts.append([_max_context(spans, index, start + k) for k in range(length)])
+      impossible = float(example.is_impossible)
       if answer is not None and start <= answer_start and answer_end < start + length:
-        targets.append((answer_start - start + prefix, answer_end - start + prefix, 0.0))
+        targets.append((answer_start - start + prefix, answer_end - start + prefix, impossible))
       else:
-        targets.append((0, 0, 1.0))
+        targets.append((0, 0, impossible))
   length = features_lib.pad_length(max(map(len, sequences), default=1), max_seq_length)
   arrays = features_lib.pack(sequences, segments, length)
   targets = np.array(targets, np.float32).reshape(-1, 3)

@@ -83,6 +83,17 @@ class Task:
   max_seq_length: int = 128
   label_names_in_submission: bool = False  # GLUE MNLI/QNLI/RTE submissions use names, the others ids
   squad_v2: bool = False
+  # Regression: the targets' (min, max); the model learns (target - min) / max and predictions are mapped back
+  # (official RegressionTask: STS-B is (0, 5), so the model learns label / 5). Empty: raw targets.
+  target_range: tuple[float, ...] = ()
+
+  def scale(self, target: float) -> float:
+    """A regression target as the model learns it."""
+    return (target - self.target_range[0]) / self.target_range[1] if self.target_range else target
+
+  def unscale(self, output: float) -> float:
+    """The inverse of `scale`: a model output as a target."""
+    return output * self.target_range[1] + self.target_range[0] if self.target_range else output
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -94,7 +105,7 @@ class Task:
     values = dict(values)
     for key in ('dev_splits', 'test_splits'):
       values[key] = tuple(Split(**s) for s in values[key])
-    for key in ('labels', 'metrics', 'features'):
+    for key in ('labels', 'metrics', 'features', 'target_range'):
       values[key] = tuple(values[key])
     return cls(**values)
 
@@ -116,7 +127,7 @@ GLUE = {
     'mrpc': glue('mrpc', ['sentence1', 'sentence2'], ('not_equivalent', 'equivalent'), ['f1', 'accuracy'],
                  'MRPC.tsv', both_orders=True),
     'stsb': glue('stsb', ['sentence1', 'sentence2'], (), ['spearman', 'pearson'], 'STS-B.tsv', epochs=10.0,
-                 both_orders=True),
+                 both_orders=True, target_range=(0.0, 5.0)),
     'qqp': glue('qqp', ['question1', 'question2'], ('not_duplicate', 'duplicate'), ['accuracy', 'f1'], 'QQP.tsv'),
     'mnli': glue('mnli', ['premise', 'hypothesis'], ('entailment', 'neutral', 'contradiction'), ['accuracy'], '',
                  dev_splits=(Split('dev_matched', 'validation_matched'),

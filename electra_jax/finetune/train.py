@@ -38,15 +38,19 @@ PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuni
 
 def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: optax.GradientTransformation,
                schedule: optax.Schedule, squad_config):
-  """One optimiser step; dropout uses fold_in(rng, step). Returns (state, {name: (sum, count)})."""
+  """One optimiser step; dropout uses fold_in(rng, step). Returns (state, {name: (sum, count)}).
+
+  The gradient is that of the loss SUMMED over the batch (per example; over labelled tokens for tagging), not of
+  its mean: the official code differentiates the [batch] vector of per-example losses, which is their sum. With
+  global-norm clipping at 1.0 this decides how often clipping acts.
+  """
   rng = jax.random.fold_in(rng, state.step)
 
   def loss_fn(params):
     outputs = model.apply({'params': params}, batch, train=True, rngs={'dropout': rng})
-    total, count = heads.loss(model.kind, outputs, batch, squad_config)
-    return total / jnp.maximum(count, 1.0), (total, count)
+    return heads.loss(model.kind, outputs, batch, squad_config)
 
-  (_, (total, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  (total, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   one = jnp.ones((), jnp.float32)
   step_metrics = {'loss': (total, count), 'learning_rate': (jnp.asarray(schedule(state.step), jnp.float32), one)}
