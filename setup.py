@@ -11,10 +11,11 @@ setuptools.setup(
     package_data={'electra_jax.data': ['quickstart/*.txt.gz']},
     install_requires=[
         'jax>=0.10', 'flax>=0.12', 'optax>=0.2.8', 'orbax-checkpoint>=0.12', 'tensorflow-datasets>=4.9',
+        'importlib_resources',  # imported by tensorflow-datasets when it prepares a dataset, not declared by it
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8', 'etils[epath]', 'fsspec', 'gcsfs', 'google-crc32c',
     ],
     # The tests run against a local Cloud Storage emulator (gcp-storage-emulator), started by a pytest fixture.
-    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist',
+    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist', 'hypothesis',
                              'gcp-storage-emulator==2026.7.19']},
 )

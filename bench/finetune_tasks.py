@@ -1,5 +1,6 @@
 """Fine-tunes a pre-trained workdir, and the same architecture and tokenizer from scratch, on local tasks over
-several seeds; prints (and writes) a Markdown table of dev medians.
+several seeds; prints (and writes) a Markdown table of dev medians, and for classification tasks the share of the
+dev set given the most frequent predicted label per seed (100%: the model collapsed to a constant answer).
 
   python bench/finetune_tasks.py --pretrained=/tmp/electra --tasks_dir=../shared/data/tasks \
       --tasks=polarity,hedge,pos --seeds=3 --workdir=/tmp/finetune_bench [--max_train=2000 --epochs=2]
@@ -9,6 +10,8 @@ Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, head
 For pre-training objectives compared at equal compute, see `python -m electra_jax.experiments.compare`.
 """
 
+import collections
+import csv
 import json
 import os
 import sys
@@ -31,6 +34,9 @@ _EPOCHS = flags.DEFINE_float('epochs', 0.0, 'Training epochs (0: the task defaul
 _LR = flags.DEFINE_float('learning_rate', 0.0, 'Peak learning rate (0: the paper value for the model width).')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'Training batch.')
 _MAX_LEN = flags.DEFINE_integer('max_seq_length', 128, 'Tokens per example.')
+_INITS = flags.DEFINE_list('inits', ['pre-trained', 'from scratch'], 'Which initialisations to run (from scratch '
+                           'needs only the pre-training\'s config.json and tokenizer: it can run while that trains; '
+                           'a later run of both skips its finished seeds).')
 
 
 def make_config(task_dir: str, pretrained: str, from_scratch: bool):
@@ -43,7 +49,7 @@ def make_config(task_dir: str, pretrained: str, from_scratch: bool):
   config.max_seq_length = _MAX_LEN.value
   config.optimizer.learning_rate = _LR.value
   config.save_model = False
-  config.write_predictions = False
+  config.write_predictions = True  # dev predictions: how often the most frequent answer is given
   config.log_every = 1000
   if from_scratch:
     with open(os.path.join(pretrained, 'config.json'), encoding='utf-8') as f:
@@ -56,6 +62,19 @@ def make_config(task_dir: str, pretrained: str, from_scratch: bool):
   return config
 
 
+def constant_answer_shares(workdir: str, seeds: list[int]) -> list[float] | None:
+  """Per seed, the fraction of dev examples given its most frequent predicted label; None for tagging tasks."""
+  shares = []
+  for seed in seeds:
+    path = os.path.join(workdir, 'seeds', str(seed), 'predictions', 'dev.tsv')
+    if not os.path.exists(path):
+      return None
+    with open(path, encoding='utf-8', newline='') as f:
+      labels = [row[0] for row in list(csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE))[1:] if row]
+    shares.append(collections.Counter(labels).most_common(1)[0][1] / len(labels))
+  return shares
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -65,20 +84,29 @@ def main(argv):
     task_dir = os.path.join(_TASKS_DIR.value, name)
     row = {'task': name}
     for label, scratch in (('pre-trained', False), ('from scratch', True)):
+      if label not in _INITS.value:
+        continue
       start = time.time()
-      results = finetune.run(make_config(task_dir, pretrained, scratch),
-                             os.path.join(_WORKDIR.value, name, label.replace(' ', '_')))
+      workdir = os.path.join(_WORKDIR.value, name, label.replace(' ', '_'))
+      results = finetune.run(make_config(task_dir, pretrained, scratch), workdir)
       main_metric = results['main_metric']
       row['metric'] = main_metric
       row[label] = (results['median'][main_metric], [s[main_metric] for s in results['seeds']])
+      row[label + ' shares'] = constant_answer_shares(workdir, [s['seed'] for s in results['seeds']])
       row[label + ' time'] = time.time() - start
     rows.append(row)
-  lines = [f'| task | dev metric | pre-trained (median of {_SEEDS.value}) | from scratch (median) | seeds (pre-trained) '
-           '| seeds (from scratch) |', '|---|---|---:|---:|---|---|']
+  if set(_INITS.value) != {'pre-trained', 'from scratch'}:
+    return
+  lines = [f'| task | dev metric | pre-trained (median of {_SEEDS.value}) | from scratch (median) '
+           '| seeds (pre-trained) | seeds (from scratch) | top answer share (pre-trained) | (from scratch) |',
+           '|---|---|---:|---:|---|---|---|---|']
+  # pylint: disable=cell-var-from-loop
   for row in rows:
-    seeds = lambda key: ', '.join(f'{100 * v:.1f}' for v in row[key][1])  # pylint: disable=cell-var-from-loop
+    seeds = lambda key: ', '.join(f'{100 * v:.1f}' for v in row[key][1])
+    shares = lambda key: ', '.join(f'{100 * v:.0f}%' for v in row[key] or ()) or '-'
     lines.append(f'| {row["task"]} | {row["metric"]} | {100 * row["pre-trained"][0]:.2f} | '
-                 f'{100 * row["from scratch"][0]:.2f} | {seeds("pre-trained")} | {seeds("from scratch")} |')
+                 f'{100 * row["from scratch"][0]:.2f} | {seeds("pre-trained")} | {seeds("from scratch")} | '
+                 f'{shares("pre-trained shares")} | {shares("from scratch shares")} |')
   table = '\n'.join(lines) + '\n'
   print(table)
   with open(os.path.join(_WORKDIR.value, 'table.md'), 'w', encoding='utf-8') as f:

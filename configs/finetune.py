@@ -15,7 +15,7 @@ from configs import default
 
 def get_config():
   config = ml_collections.ConfigDict()
-  config.task = ''  # A GLUE name (cola sst2 mrpc stsb qqp mnli qnli rte wnli), squad_v1, squad_v2, or a directory.
+  config.task = ''  # A GLUE name (cola sst2 mrpc stsb qqp mnli qnli rte wnli), squad_v1, squad_v2, or a task directory.
   config.task_kind = ''  # For a TSV directory: '' guesses from the labels, or 'classification' / 'regression'.
   config.init_checkpoint = ''  # A pre-training WORKDIR (config.json, tokenizer.model, checkpoints/); '': from scratch.
   config.init_step = 0  # Checkpoint step of init_checkpoint to start from; 0: its latest.
@@ -27,8 +27,11 @@ def get_config():
   config.eval_batch_size = 64  # Evaluation batch (lower it for SQuAD on small memory).
   config.max_seq_length = 0  # Tokens per example; 0: the task's.
   config.head_dropout = 0.1  # Dropout before the classification/tagging dense layer.
-  config.log_every = 100  # Steps between loss lines on stderr.
-  config.tfds_data_dir = ''  # tensorflow-datasets data_dir for GLUE/SQuAD; '': tfds's default.
+  config.log_every = 100  # Steps between updates of the progress bar's loss.
+  config.checkpoint_every = 500  # Steps between checkpoints of the seed in training (a rerun resumes from it).
+  config.glue_dir = ''  # GLUE's distribution as unzipped (the directory holding CoLA/, RTE/, ...); '': tfds.
+  config.squad_dir = ''  # The directory holding SQuAD's train-v1.1.json/dev-v1.1.json (v2.0 likewise); '': tfds.
+  config.tfds_data_dir = ''  # tensorflow-datasets data_dir (GLUE/SQuAD without glue_dir/squad_dir); '': its own.
   config.save_model = True  # Save each seed's fine-tuned params under WORKDIR/seeds/<seed>/params.
   config.write_predictions = True  # Dev predictions and test submission files under WORKDIR/seeds/<seed>/predictions.
   config.predict_input = ''  # --mode=predict: a file with one example per line ('-': stdin).

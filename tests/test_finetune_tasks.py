@@ -1,6 +1,9 @@
-"""Task declarations and readers (local files, tfds mock GLUE/SQuAD), featurisation and SQuAD span decoding."""
+"""Task declarations, the tfds route (mock data, and real preparation from the downloaded files), featurisation and
+SQuAD span decoding."""
 
 import gzip
+import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,6 +13,9 @@ from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import features, predict, squad, tasks
 from electra_jax.finetune.config import SquadConfig
+
+DATA = os.path.join(os.path.dirname(__file__), 'data')
+GLUE_DIR, SQUAD_DIR = os.path.join(DATA, 'glue'), os.path.join(DATA, 'squad')
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +47,7 @@ def test_tsv_directory_classification_with_and_without_header(tmp_path):
 def test_tsv_directory_regression_pairs(tmp_path):
   _write(tmp_path / 'train.tsv', 'label\tsentence\tsentence2\n3.5\ta b\tc d\n1\te\tf\n')
   _write(tmp_path / 'dev.tsv', 'label\tsentence\tsentence2\n2.25\tg\th\n')
-  _write(tmp_path / 'test.tsv', 'label\tsentence\tsentence2\n?\ti\tj\n')
+  _write(tmp_path / 'test.tsv', 'label\tsentence\tsentence2\n\ti\tj\n')  # an empty label: unlabelled
   task = tasks.get_task(str(tmp_path))
   assert task.kind == tasks.REGRESSION and task.metrics == ('spearman', 'pearson')
   assert [(e.texts, e.label) for e in tasks.read(task, 'train')] == [(('a b', 'c d'), 3.5), (('e', 'f'), 1.0)]
@@ -90,6 +96,33 @@ def test_squad_from_tfds_mock_data():
     v2 = tasks.read(tasks.get_task('squad_v2'), 'train')
   assert len(v1) == 4 and isinstance(v1[0].context, str) and v1[0].answers
   assert all(e.answers == () for e in v2 if e.is_impossible)
+
+
+def _downloaded(self, url_or_urls):
+  """DownloadManager.download_and_extract on the fixtures: GLUE's zips unpack to tests/data/glue/<TASK>/, SQuAD's
+  JSON files are tests/data/squad/."""
+  del self
+  if isinstance(url_or_urls, dict):
+    return {k: os.path.join(SQUAD_DIR, os.path.basename(v)) for k, v in url_or_urls.items()}
+  return GLUE_DIR
+
+
+def test_tfds_prepares_glue_and_squad_without_tensorflow(tmp_path):
+  """The real tfds route (dataset preparation included: importlib_resources, array_record writing) on the
+  downloaded files, network replaced by the fixtures; it reads what our own GLUE/SQuAD file readers read."""
+  data_dir = str(tmp_path / 'tfds')
+  with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', _downloaded):
+    for name in ('rte', 'sst2'):
+      from_tfds = tasks.read(tasks.get_task(name), 'validation', data_dir=data_dir)
+      from_files = tasks.read(tasks.get_task(name, glue_dir=GLUE_DIR), 'validation')
+      assert sorted(from_tfds, key=_guid) == sorted(from_files, key=_guid)  # tfds shuffles; guid = GLUE's index
+    from_tfds = tasks.read(tasks.get_task('squad_v1'), 'train', data_dir=data_dir)
+  from_files = tasks.read(tasks.get_task('squad_v1', squad_dir=SQUAD_DIR), 'train')
+  assert sorted(from_tfds, key=_guid) == sorted(from_files, key=_guid)
+
+
+def _guid(example):
+  return example.guid
 
 
 def test_text_features_truncate_pairs_and_swap_orders(tokenizer):

@@ -1,5 +1,5 @@
 """End-to-end fine-tuning on CPU with a tiny model: generated learnable tasks, loading a pre-training workdir,
-SQuAD 2.0 on tfds mock data, prediction files and --mode=predict."""
+SQuAD 2.0 on tfds mock data, GLUE's own files, prediction files, --mode=predict, bad input, workdirs and resuming."""
 
 import json
 import os
@@ -8,6 +8,8 @@ import shutil
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
+import pytest
 import tensorflow_datasets as tfds
 
 from configs import finetune as finetune_config
@@ -17,6 +19,7 @@ from electra_jax import data, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.finetune import predict, tasks, train
 from electra_jax.train_step import Pretraining
+from electra_jax.trainer import TrainingError
 from conftest import override  # pylint: disable=g-bad-import-order
 
 KEYWORD = 'happy'
@@ -226,3 +229,99 @@ def test_main_dispatches_the_finetune_and_predict_modes():
   from absl import flags  # pylint: disable=g-import-not-at-top
   from electra_jax import main  # pylint: disable=g-import-not-at-top,unused-import  (defines the flags)
   assert {'pretrain', 'finetune', 'predict'} <= set(flags.FLAGS['mode'].parser.enum_values)
+
+
+GLUE_DIR = os.path.join(os.path.dirname(__file__), 'data', 'glue')
+
+
+def test_glue_sst2_and_rte_directories_fine_tune_end_to_end(tmp_path, corpus_file, cache_dir):
+  """GLUE's own files (tests/data/glue: rows in the distribution's exact formats) through training, dev scores and
+  the leaderboard's submission files."""
+  expected = {'sst2': ('SST-2.tsv', {'0', '1'}, 3), 'rte': ('RTE.tsv', {'entailment', 'not_entailment'}, 2)}
+  for name, (submission, values, rows) in expected.items():
+    config = tiny_config(cache_dir, corpus_file, name, glue_dir=GLUE_DIR, epochs=2.0, batch_size=4, eval_batch_size=4)
+    results = train.run(config, str(tmp_path / name))
+    assert 0.0 <= results['median']['dev/accuracy'] <= 1.0
+    lines = open(tmp_path / name / 'seeds' / '0' / 'predictions' / submission, encoding='utf-8').read().splitlines()
+    assert lines[0] == 'index\tprediction' and len(lines) == rows + 1
+    assert [line.split('\t')[0] for line in lines[1:]] == [str(i) for i in range(rows)]
+    assert {line.split('\t')[1] for line in lines[1:]} <= values
+
+
+def test_an_unknown_dev_label_is_one_clear_line_before_training(tmp_path, corpus_file, cache_dir, capsys):
+  from electra_jax import cli  # pylint: disable=g-import-not-at-top
+  directory = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
+  with open(os.path.join(directory, 'dev.tsv'), 'a', encoding='utf-8') as f:
+    f.write('neutral\tthe cat sat\n')  # line 12: the header, 10 rows, then this one
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as stop:
+    cli.run(train.run, tiny_config(cache_dir, corpus_file, directory), str(tmp_path / 'run'))
+  assert stop.value.code == 1
+  err = capsys.readouterr().err
+  assert err.splitlines() == [f"error: {directory}/dev.tsv line 12: the label 'neutral' does not occur in the "
+                              'training file (its labels: no, yes); the model cannot predict it. Fix the label, or '
+                              'add training examples with it']
+  assert not os.path.exists(tmp_path / 'run' / 'seeds')  # nothing trained
+
+
+def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
+  directory = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
+  _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
+  with pytest.raises(config_lib.ConfigError, match='holds a pre-training run'):
+    train.run(tiny_config(cache_dir, corpus_file, directory), str(tmp_path / 'pre'))
+  task = tasks.get_task(directory)
+  config = tiny_config(cache_dir, corpus_file, directory).to_dict()
+  workdir = tmp_path / 'ft'
+  workdir.mkdir()
+  saved = {'config': config, 'task': {'name': 'rte'}}
+  (workdir / 'finetune.json').write_text(json.dumps(saved), encoding='utf-8')
+  with pytest.raises(config_lib.ConfigError, match="holds a fine-tuning run of task 'rte'"):
+    train.check_workdir(str(workdir), config, task)
+  saved['task']['name'] = task.name
+  (workdir / 'finetune.json').write_text(json.dumps(saved), encoding='utf-8')
+  train.check_workdir(str(workdir), dict(config, seeds=5, log_every=1), task)  # same run, more seeds: fine
+  changed = json.loads(json.dumps(config))
+  changed['optimizer']['learning_rate'] = 1e-4
+  with pytest.raises(config_lib.ConfigError, match=r'other settings \(optimizer.learning_rate: 0.002 -> 0.0001\)'):
+    train.check_workdir(str(workdir), changed, task)
+
+
+def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, corpus_file, cache_dir, capsys):
+  directory = make_tsv_task(tmp_path / 'keyword', sizes=(64, 16))
+  overrides = dict(epochs=2.0, checkpoint_every=1000, write_predictions=False)  # 8 steps of 16
+  reference = train.run(tiny_config(cache_dir, corpus_file, directory, seeds=1, **overrides), str(tmp_path / 'a'))
+  config = tiny_config(cache_dir, corpus_file, directory, seeds=2, **overrides)
+  workdir = str(tmp_path / 'b')
+  with pytest.raises(TrainingError, match=r'stopped at step 3/8; checkpoint saved'):
+    train.run(config, workdir, stop_after=3)  # as a preemption after 3 steps of seed 0
+  assert os.path.isdir(os.path.join(workdir, 'seeds', '0', 'checkpoints', '3'))
+  capsys.readouterr()
+  resumed = train.run(config, workdir)
+  assert 'resumed from' in capsys.readouterr().err
+  assert resumed['seeds'][0] == reference['seeds'][0]  # exactly the uninterrupted run's scores
+  restore = lambda run: ocp.StandardCheckpointer().restore(os.path.join(tmp_path, run, 'seeds', '0', 'params'))
+  for a, b in zip(jax.tree.leaves(restore('a')), jax.tree.leaves(restore('b'))):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert not os.path.exists(os.path.join(workdir, 'seeds', '0', 'checkpoints'))  # removed once the seed finished
+  again = train.run(config, workdir)
+  assert capsys.readouterr().err.count('finished by an earlier run: skipped') == 2
+  assert again['seeds'] == resumed['seeds']
+
+
+def test_unseen_dev_tags_are_reported_and_a_one_class_subset_refused(tmp_path, corpus_file, cache_dir, capsys):
+  directory = make_conll_task(tmp_path / 'animals', sizes=(20, 6))
+  first = len(open(os.path.join(directory, 'dev.conll'), encoding='utf-8').read().splitlines()) + 1
+  with open(os.path.join(directory, 'dev.conll'), 'a', encoding='utf-8') as f:
+    f.write('the\tO\nhorse\tB-HORSE\nran\tO\n\n')  # a tag the training file lacks, in a sentence at line `first`
+  c = train.load_config(tiny_config(cache_dir, corpus_file, directory, write_predictions=False))
+  tokenizer = data.load_tokenizer(c.data)
+  capsys.readouterr()
+  train._load_splits(tasks.get_task(directory), tokenizer, c)  # pylint: disable=protected-access
+  assert capsys.readouterr().err == (f'animals dev: 1 words have tags the training file lacks (B-HORSE; the first in '
+                                     f'the sentence at dev.conll:{first}): the model cannot predict them, so '
+                                     'they count as errors\n')
+  # A training subset of one class is refused, though the file has two.
+  keyword = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
+  c = train.load_config(tiny_config(cache_dir, corpus_file, keyword, max_train_examples=1))
+  with pytest.raises(data.DataError, match=r'1 kept by max_train_examples: every training example has the label'):
+    train._load_splits(tasks.get_task(keyword), tokenizer, c)  # pylint: disable=protected-access

@@ -1,11 +1,15 @@
-"""Packing: the official builder's examples, layout, token accounting and the 10% / 5% draws."""
+"""Packing: the official builder's examples, layout, token accounting (property tests with hypothesis: no token
+lost but by the official cut, over random lengths and unicode text) and the 10% / 5% draws."""
 
+import collections
 import random
 
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
-from electra_jax.data import packing
+from electra_jax.data import build, packing
 from electra_jax.masking import SpecialIds
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
@@ -119,32 +123,102 @@ def test_layout_and_segment_ids(max_length):
       assert length - first_end > 1  # segment B, when present, is not empty either
 
 
-def test_no_token_lost_or_duplicated_except_the_official_cut():
-  """Rebuilds each document's token stream from its examples: every token is in one example, exactly once,
-  except the tokens the official builder cuts when an example overflows (only from full examples)."""
-  max_length = 32
-  documents = _documents(2, 150, max_sentence=40)
-  seen_documents = 0
-  builder = packing.ExampleBuilder(SPECIAL, max_length, random.Random(3))
+def test_an_over_long_line_loses_no_token():
+  """The issue's case: 10 tokens, then one 300-token line at L=128. The official builder keeps tokens 10-135 of
+  the 310; here every token of the long line is kept: the first example takes 115 of its tokens after the 10
+  (125 = L - 3), the next one 125, and the last 60 join the next example."""
+  documents = [[list(range(100, 110)), list(range(1000, 1300))]]
+  input_ids, _ = packing.pack_documents(documents, SPECIAL, 128, seed=0)
+  kept = input_ids[(input_ids != SPECIAL.pad) & (input_ids != SPECIAL.cls) & (input_ids != SPECIAL.sep)]
+  assert sorted(kept.tolist()) == list(range(100, 110)) + list(range(1000, 1300))
+  assert [int(((ids != SPECIAL.pad) & (ids > SPECIAL.mask)).sum()) for ids in input_ids] == [125, 125, 60]
+
+
+def _check_nothing_lost_but_the_official_cut(documents, max_length, seed):
+  """Packs `documents` (sentences of distinct token ids > the specials) and checks, for every document:
+  every example respects the layout and length; no token is duplicated or comes from elsewhere; every token of
+  a sentence longer than max_length - 3 is kept; a sentence that fits loses tokens only as the official builder
+  cuts them: a suffix of the sentence, from the example it was packed into, which is then full
+  (>= max_length - 3 tokens besides [CLS]/[SEP])."""
+  builder = packing.ExampleBuilder(SPECIAL, max_length, random.Random(seed))
   for document in documents:
-    examples = [e for sentence in document for e in builder.add_sentence(sentence)] + list(builder.end_document())
-    tokens = [ids[(ids != SPECIAL.pad) & (ids != SPECIAL.cls) & (ids != SPECIAL.sep)] for ids, _ in examples]
-    stream = [t for sentence in document for t in sentence]
-    flat = np.concatenate(tokens)
-    assert len(set(flat.tolist())) == len(flat), 'a token is duplicated'
-    assert set(flat.tolist()) <= set(stream), 'a token from another document'
-    full = [len(t) >= max_length - 3 for t in tokens]
-    # Examples take consecutive stretches of the document, in order.
-    spans = [(t.min(), t.max()) for t in tokens]
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
-    kept = set(flat.tolist())
-    for token in stream:
-      if token not in kept:
-        # A lost token lies inside or right after the span of a full example.
-        owner = max(i for i, (low, _) in enumerate(spans) if low <= token)
-        assert full[owner], f'token {token} lost from an example that was not full'
-    seen_documents += 1
-  assert seen_documents == len(documents)
+    examples, owner, waiting = [], {}, []
+    for i, sentence in enumerate(document):
+      waiting.append(i)
+      for example in builder.add_sentence(sentence):
+        examples.append(example)
+        owner.update({j: len(examples) - 1 for j in waiting})
+        waiting = []
+    for example in builder.end_document():
+      examples.append(example)
+      owner.update({j: len(examples) - 1 for j in waiting})
+      waiting = []
+    kept = []
+    for ids, segments in examples:
+      assert ids.shape == segments.shape == (max_length,)
+      length = int((ids != SPECIAL.pad).sum())
+      assert ids[0] == SPECIAL.cls and ids[length - 1] == SPECIAL.sep and (ids[length:] == SPECIAL.pad).all()
+      kept.append([int(t) for t in ids[:length] if t not in (SPECIAL.cls, SPECIAL.sep)])
+    flat = [t for tokens in kept for t in tokens]
+    assert len(set(flat)) == len(flat), 'a token is duplicated'
+    everything = {t for sentence in document for t in sentence}
+    assert set(flat) <= everything, 'a token from elsewhere'
+    where = {t: e for e, tokens in enumerate(kept) for t in tokens}
+    for i, sentence in enumerate(document):
+      lost = [k for k, t in enumerate(sentence) if t not in where]
+      if not lost:
+        continue
+      assert len(sentence) <= max_length - 3, f'a token of an over-long sentence was lost: {sentence[lost[0]]}'
+      assert lost == list(range(lost[0], len(sentence))), 'tokens lost from inside a sentence'
+      assert len(kept[owner[i]]) >= max_length - 3, 'tokens lost from an example that was not full'
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(
+    max_length=st.sampled_from([8, 9, 16, 33]),
+    lengths=st.lists(st.lists(st.integers(0, 100), min_size=1, max_size=12), min_size=1, max_size=5),
+    seed=st.integers(0, 2 ** 16))
+def test_property_no_token_lost_but_the_official_cut(max_length, lengths, seed):
+  """Random sentence lengths, from empty to 12 examples long, with synthetic distinct ids."""
+  documents, next_id = [], 10
+  for document in lengths:
+    documents.append([])
+    for n in document:
+      documents[-1].append(list(range(next_id, next_id + n)))
+      next_id += n
+  _check_nothing_lost_but_the_official_cut(documents, max_length, seed)
+
+
+@pytest.fixture(scope='module')
+def real_tokenizer(tmp_path_factory):
+  from conftest import make_corpus  # pylint: disable=g-import-not-at-top
+  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  corpus = make_corpus(tmp_path_factory.mktemp('corpus') / 'c.txt', documents=30)
+  with open(corpus, encoding='utf-8') as f:
+    return tokenizer_lib.train(f.read().splitlines(), str(tmp_path_factory.mktemp('spm')), vocab_size=60)
+
+
+@hypothesis.settings(max_examples=60, deadline=None,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(lines=st.lists(st.text(min_size=0, max_size=120), min_size=1, max_size=12),
+                  seed=st.integers(0, 2 ** 16))
+def test_property_real_tokenizer_on_unicode_text(real_tokenizer, lines, seed):
+  """Random unicode lines through a real tokenizer (SentencePiece) and the build path's packing. Its token ids
+  repeat, so each token is relabelled with a distinct id (packing only sees lengths) for the exact checks; the
+  real ids are checked as a multiset."""
+  ids = real_tokenizer.encode(lines)
+  documents, next_id = [[]], 10
+  for sentence in ids:
+    documents[0].append(list(range(next_id, next_id + len(sentence))))
+    next_id += len(sentence)
+  _check_nothing_lost_but_the_official_cut(documents, 16, seed)
+  chunk = build.pack_chunk(real_tokenizer, [lines], index=0, seed=seed, max_length=16)
+  special = {real_tokenizer.special.cls, real_tokenizer.special.sep, real_tokenizer.special.pad}
+  packed = collections.Counter(int(t) for t in chunk.input_ids.ravel() if t not in special)
+  given = collections.Counter(t for sentence in ids for t in sentence if t not in special)
+  assert not packed - given  # nothing invented
+  over_long = sum((collections.Counter(s) for s in ids if len(s) > 16 - 3), collections.Counter())
+  assert not over_long - packed  # every token of every over-long line is in some example
 
 
 def test_nothing_is_lost_when_sentences_fit():

@@ -22,7 +22,7 @@ from electra_jax.masking import SpecialIds
 
 METADATA = 'electra_data.json'
 FORMAT = 'electra_jax.packed_examples'
-VERSION = 1
+VERSION = 2  # 2: over-long lines lose no token (packing.py)
 SHARD_PATTERN = 'examples-{:05d}.array_record'
 
 

@@ -3,11 +3,15 @@
 Official `build_pretraining_dataset.ExampleBuilder`: sentences accumulate until their length reaches a target; a
 document end flushes a shorter example. With p=0.1 everything is segment A; otherwise A takes about
 (target - 3) // 2 tokens and the rest is B. A is cut to max_length - 2 tokens and B to what is left after
-[CLS] A [SEP] ... [SEP], so tokens past max_length - 3 are dropped, as there. Layout [CLS] A [SEP] B [SEP] with
-segment ids 0/1, padded with [PAD]. With p=0.05 the next example's target is uniform in [5, max_length]. The random
-draws happen in the official order, from `rng`.
-One deviation: a sentence longer than max_length - 3 tokens is split into pieces of that length first, so one
-overlong line (a paragraph) is spread over examples instead of cut to a single one.
+[CLS] A [SEP] ... [SEP], so the tokens of the sentence that takes an example past max_length - 3 are dropped, as
+there (the official rule: only a full example loses tokens, and only from the end of a sentence). Layout
+[CLS] A [SEP] B [SEP] with segment ids 0/1, padded with [PAD]. With p=0.05 the next example's target is uniform in
+[5, max_length]. The random draws happen in the official order, from `rng`.
+
+One deviation: a sentence longer than max_length - 3 tokens (a paragraph on one line) loses none of its tokens.
+The official builder would cut it to one example; here its first piece fills the current example to exactly
+max_length - 3 tokens and closes it, further pieces fill whole examples, and the rest joins the next example as a
+sentence. Sentences that fit an example are packed exactly as the official builder packs them.
 """
 
 import random
@@ -33,10 +37,19 @@ class ExampleBuilder:
 
   def add_sentence(self, ids: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Adds one sentence; yields the examples that became full."""
-    piece = self.max_length - 3
-    for start in range(0, len(ids), piece):
-      self.sentences.append(ids[start:start + piece])
-      self.length += len(self.sentences[-1])
+    room = self.max_length - 3  # what an example holds without cutting anything (one B segment: L - 3)
+    start = 0
+    while len(ids) - start > room - self.length and len(ids) > room:
+      # An over-long sentence: fill the current example exactly, close it, go on with the rest.
+      take = room - self.length
+      if take > 0:
+        self.sentences.append(ids[start:start + take])
+        self.length += take
+        start += take
+      yield self._flush()
+    if start < len(ids):
+      self.sentences.append(ids[start:])
+      self.length += len(ids) - start
       if self.length >= self.target:
         yield self._flush()
 

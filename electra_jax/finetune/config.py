@@ -56,6 +56,9 @@ class FinetuneConfig:
   max_seq_length: int = 0
   head_dropout: float = 0.1
   log_every: int = 100
+  checkpoint_every: int = 500
+  glue_dir: str = ''
+  squad_dir: str = ''
   tfds_data_dir: str = ''
   save_model: bool = True
   write_predictions: bool = True
@@ -68,7 +71,7 @@ class FinetuneConfig:
   mesh: Any = None  # a MeshConfig
 
   def __post_init__(self):
-    for name in ('seeds', 'batch_size', 'eval_batch_size', 'log_every'):
+    for name in ('seeds', 'batch_size', 'eval_batch_size', 'log_every', 'checkpoint_every'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
     if self.epochs < 0 or self.max_seq_length < 0:

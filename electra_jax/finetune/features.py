@@ -5,8 +5,9 @@ Every task becomes `input_ids`, `segment_ids`, `input_mask` [n, length] int32 pl
   regression      `labels` [n] float32, the target scaled as the task says (STS-B: / 5; NaN: unlabelled)
   tagging         `labels` [n, length] int32 tag id at the first sub-token of each word, -1 elsewhere
   squad           `start_positions`, `end_positions` [n] int32, `is_impossible` [n] float32 (see squad.py)
-Sequences are `[CLS] a [SEP] (b [SEP])`, segment 0 then 1 (tagging: all 1, as the official code), padded to the split's longest sequence rounded up
-to a multiple of 16 (at most max_seq_length): short-sentence tasks run much faster than at a fixed 128.
+Sequences are `[CLS] a [SEP] (b [SEP])`, segment 0 then 1 (tagging: all 1, as the official code), padded to the
+split's longest sequence rounded up to a multiple of 16 (at most max_seq_length): short-sentence tasks run much
+faster than at a fixed 128.
 """
 
 import dataclasses
@@ -126,8 +127,9 @@ def num_train_steps(num_rows: int, batch_size: int, epochs: float) -> int:
 
 
 def train_batches(arrays: dict[str, np.ndarray], batch_size: int, num_steps: int, seed: int,
-                  process_index: int = 0, process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """`num_steps` batches of rows from consecutive seeded permutations (one per epoch, crossing epoch ends).
+                  process_index: int = 0, process_count: int = 1, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+  """Batches `start` .. `num_steps` - 1 of rows from consecutive seeded permutations (one per epoch, crossing epoch
+  ends): a run resumed at step `start` sees the batches an uninterrupted one would.
 
   Each process gets its contiguous share of the global batch.
   """
@@ -136,11 +138,12 @@ def train_batches(arrays: dict[str, np.ndarray], batch_size: int, num_steps: int
   rows = slice(process_index * local, (process_index + 1) * local)
   rng = np.random.default_rng(seed)
   order = np.zeros((0,), np.int64)
-  for _ in range(num_steps):
+  for step in range(num_steps):
     while len(order) < batch_size:
       order = np.concatenate([order, rng.permutation(n)])
     index, order = order[:batch_size][rows], order[batch_size:]
-    yield {k: v[index] for k, v in arrays.items()}
+    if step >= start:
+      yield {k: v[index] for k, v in arrays.items()}
 
 
 def eval_batches(arrays: dict[str, np.ndarray], batch_size: int, process_index: int = 0,

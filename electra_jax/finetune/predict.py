@@ -77,7 +77,8 @@ def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_
 def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, examples: list, predicted: list):
   """Writes one split's predictions under `directory`:
 
-  GLUE: `index<TAB>prediction` (the submission format; test splits under their GLUE file name, e.g. MNLI-m.tsv);
+  GLUE: `index<TAB>prediction`, the leaderboard's format (test splits under its file names: CoLA.tsv, MNLI-m.tsv,
+  AX.tsv, ...; class ids, or names for MNLI/QNLI/RTE/AX; STS-B scores 0-5);
   local TSV: the input format with the predicted label; CoNLL: `word<TAB>predicted tag`;
   SQuAD: {id: answer} JSON (+ null_odds.json for 2.0, for the official script's threshold search).
   """
@@ -96,7 +97,7 @@ def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, exam
         f.writelines(f'{w}\t{t}\n' for w, t in zip(example.words, tags))
         f.write('\n')
     return
-  glue = task.source == 'tfds'
+  glue = task.glue_submission
   name = split.submission if glue and split.submission else f'{split.name}.tsv'
   with open(os.path.join(directory, name), 'w', encoding='utf-8', newline='') as f:
     writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')

@@ -1,7 +1,8 @@
 """Fine-tuning tasks as declarations: what to read, what kind of head, which metrics, how long to train.
 
-A task is a `Task` instance. GLUE and SQuAD come from tensorflow-datasets data sources (array_record files
-read without TensorFlow); a directory of local files is a task too:
+A task is a `Task` instance. GLUE and SQuAD come from the files users have (`--config.glue_dir`: GLUE's
+distribution as unzipped; `--config.squad_dir`: SQuAD's JSON files), or else from tensorflow-datasets (array_record
+data sources, prepared and read without TensorFlow). A directory of local files is a task too:
 
   DIR/{train,dev[,test]}.tsv[.gz]    `label<TAB>sentence[<TAB>sentence2]`, optional header line starting `label`;
                                      classification, or regression when every label is a number and one is not
@@ -9,48 +10,21 @@ read without TensorFlow); a directory of local files is a task too:
   DIR/{train,dev[,test]}.conll[.gz]  `token<TAB>tag` (or space separated; the tag is the last column), a blank
                                      line between sentences; span F1 when the tags are BIO/BIOES, else accuracy.
 
-`get_task(name_or_directory)` returns the declaration; `read(task, split)` its examples.
+`get_task(name_or_directory, ...)` returns the declaration; `read(task, split)` its examples (files.py reads and
+checks the files).
 """
 
-import csv
 import dataclasses
-import gzip
 import os
-from typing import Any, Sequence
+from typing import Sequence
 
 from electra_jax.config import ConfigError
 from electra_jax.data.corpus import DataError
-from electra_jax.finetune import metrics
+from electra_jax.finetune import files, metrics
+from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # pylint: disable=unused-import
 
 CLASSIFICATION, REGRESSION, TAGGING, SQUAD = 'classification', 'regression', 'tagging', 'squad'
 KINDS = (CLASSIFICATION, REGRESSION, TAGGING, SQUAD)
-
-
-@dataclasses.dataclass(frozen=True)
-class TextExample:
-  """One or two texts with a class name (classification), a number (regression) or None (unlabelled)."""
-  guid: str
-  texts: tuple[str, ...]
-  label: Any = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TaggingExample:
-  """A sentence as words, with one tag per word (None when unlabelled)."""
-  guid: str
-  words: tuple[str, ...]
-  tags: tuple[str, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadExample:
-  """A question about a context; `answers`/`answer_starts` (character offsets) are empty when unanswerable."""
-  guid: str
-  question: str
-  context: str
-  answers: tuple[str, ...] = ()
-  answer_starts: tuple[int, ...] = ()
-  is_impossible: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +44,7 @@ class Task:
   """
   name: str
   kind: str
-  source: str  # 'tfds' or 'files'
+  source: str  # 'tfds', 'files' (a task directory), 'glue_dir' or 'squad_dir'
   location: str  # tfds dataset name ('glue/cola', 'squad/v2.0') or a directory
   labels: tuple[str, ...] = ()
   metrics: tuple[str, ...] = ('accuracy',)
@@ -86,6 +60,11 @@ class Task:
   # Regression: the targets' (min, max); the model learns (target - min) / max and predictions are mapped back
   # (official RegressionTask: STS-B is (0, 5), so the model learns label / 5). Empty: raw targets.
   target_range: tuple[float, ...] = ()
+
+  @property
+  def glue_submission(self) -> bool:
+    """Whether predictions go to GLUE's leaderboard files (`index<TAB>prediction`)."""
+    return self.name in GLUE and self.source in ('tfds', 'glue_dir')
 
   def scale(self, target: float) -> float:
     """A regression target as the model learns it."""
@@ -156,12 +135,25 @@ SQUAD_TASKS = {
 TASKS = {**GLUE, **SQUAD_TASKS}
 
 
-def get_task(name: str, kind: str = '') -> Task:
+def get_task(name: str, kind: str = '', glue_dir: str = '', squad_dir: str = '') -> Task:
   """The declaration for a name in TASKS (GLUE, squad_v1/squad_v2, ...) or a directory of local files.
 
-  `kind` forces 'classification' or 'regression' for a TSV directory (default: guessed from the labels).
+  `glue_dir`/`squad_dir` read GLUE/SQuAD from their distributed files instead of tfds. `kind` forces
+  'classification' or 'regression' for a TSV directory (default: guessed from the labels).
   """
   key = ALIASES.get(name.lower(), name.lower())
+  if glue_dir and key not in GLUE:
+    raise ConfigError(f'--config.glue_dir is for the GLUE tasks ({", ".join(GLUE)}), not {name!r}')
+  if squad_dir and key not in SQUAD_TASKS:
+    raise ConfigError(f'--config.squad_dir is for squad_v1 and squad_v2, not {name!r}')
+  if key in GLUE and glue_dir:
+    task_dir = files.glue_task_dir(os.path.expanduser(glue_dir), files.GLUE_FORMATS[key])
+    tests = GLUE[key].test_splits
+    if key == 'mnli' and files.glue_diagnostic_file(task_dir):
+      tests += (Split('diagnostic', 'diagnostic', 'AX.tsv'),)  # the leaderboard's AX: MNLI's model on it
+    return dataclasses.replace(GLUE[key], source='glue_dir', location=task_dir, test_splits=tests)
+  if key in SQUAD_TASKS and squad_dir:
+    return dataclasses.replace(SQUAD_TASKS[key], source='squad_dir', location=os.path.expanduser(squad_dir))
   if key in TASKS:
     return TASKS[key]
   if name and os.path.isdir(os.path.expanduser(name)):
@@ -180,52 +172,21 @@ def _find(directory: str, split: str) -> str | None:
   return None
 
 
-def _read_text(path: str) -> list[str]:
-  with open(path, 'rb') as f:
-    gzipped = f.read(2) == b'\x1f\x8b'
-  opener = gzip.open if gzipped else open
-  try:
-    with opener(path, 'rt', encoding='utf-8', newline='') as f:
-      return f.read().splitlines()
-  except UnicodeDecodeError as e:
-    raise DataError(f'{path} is not valid UTF-8 ({e.reason}); convert it to UTF-8') from None
-
-
-def _read_tsv_rows(path: str) -> list[list[str]]:
-  lines = _read_text(path)
-  rows = list(csv.reader(lines, delimiter='\t', quoting=csv.QUOTE_NONE))
-  if rows and rows[0] and rows[0][0].strip().lower() == 'label':
-    rows = rows[1:]
-  rows = [r for r in rows if any(cell.strip() for cell in r)]
-  for number, row in enumerate(rows, 1):
-    if len(row) < 2:
-      raise DataError(f'{path}: row {number} has {len(row)} column(s); expected label<TAB>sentence'
-                      '[<TAB>sentence2]')
-  return rows
-
-
-def _read_conll(path: str) -> list[TaggingExample]:
-  examples, words, tags = [], [], []
-  for number, line in enumerate(_read_text(path) + [''], 1):
-    if not line.strip() or line.startswith('-DOCSTART-'):
-      if words:
-        examples.append(TaggingExample(f'{os.path.basename(path)}-{len(examples)}', tuple(words), tuple(tags)))
-        words, tags = [], []
-      continue
-    parts = line.split('\t') if '\t' in line else line.split()
-    if len(parts) < 2:
-      raise DataError(f'{path} line {number}: expected token<TAB>tag, got {line!r}')
-    words.append(parts[0])
-    tags.append(parts[-1].strip())
-  return examples
-
-
 def _is_number(text: str) -> bool:
   try:
     float(text)
     return True
   except ValueError:
     return False
+
+
+def check_classes(labels: list, where: str):
+  """A classifier needs two classes in its training examples."""
+  if len(set(labels)) < 2:
+    found = f'the label {labels[0]!r}' if labels else 'no label'
+    raise DataError(f'{where}: every training example has {found}; a classifier needs at least two classes (a '
+                    'single-class training set scores 100% on a single-class dev set without learning anything). '
+                    'Give training examples of every class')
 
 
 def _file_task(directory: str, kind: str) -> Task:
@@ -236,17 +197,18 @@ def _file_task(directory: str, kind: str) -> Task:
   name = os.path.basename(os.path.normpath(directory))
   tests = (Split('test', 'test', 'test_predictions.tsv'),) if test else ()
   if '.conll' in train:
-    tags = sorted({t for e in _read_conll(train) for t in e.tags})
+    tags = sorted({t for e in files.conll_examples(train) for t in e.tags})
     chosen = ('span_f1', 'token_accuracy') if metrics.is_bio(tags) else ('token_accuracy',)
     return Task(name=name, kind=TAGGING, source='files', location=directory, labels=tuple(tags), metrics=chosen,
                 test_splits=tests)
-  labels = [row[0].strip() for row in _read_tsv_rows(train)]
+  labels = [row[0].strip() for _, row in files.local_tsv_rows(train)]
   if not kind:
-    numbers = all(_is_number(x) for x in labels)
+    numbers = bool(labels) and all(_is_number(x) for x in labels)
     kind = REGRESSION if numbers and any(float(x) != int(float(x)) for x in labels) else CLASSIFICATION
   if kind == REGRESSION:
     return Task(name=name, kind=REGRESSION, source='files', location=directory, metrics=('spearman', 'pearson'),
                 test_splits=tests)
+  check_classes(labels, train)
   names = sorted(set(labels))
   chosen = ('accuracy', 'f1', 'mcc') if len(names) == 2 else ('accuracy', 'macro_f1')
   return Task(name=name, kind=CLASSIFICATION, source='files', location=directory, labels=tuple(names),
@@ -264,29 +226,34 @@ def _tfds_source(task: Task, split: str, data_dir: str):
   if task.location.startswith('glue/'):
     import tensorflow_datasets.text.glue  # pylint: disable=g-import-not-at-top,unused-import  (registers glue)
   try:
-    return tfds.data_source(task.location, split=split, data_dir=data_dir or None)
+    # array_record: the format data sources read, and the one tfds can prepare without TensorFlow.
+    return tfds.data_source(task.location, split=split, data_dir=data_dir or None,
+                            builder_kwargs={'file_format': 'array_record'})
   except Exception as e:  # tfds raises many types for missing or unpreparable data
+    files_key = '--config.squad_dir' if task.kind == SQUAD else '--config.glue_dir'
     raise DataError(f'cannot load tfds dataset {task.location!r} split {split!r} ({type(e).__name__}: '
-                    f'{str(e)[:300]}). tfds downloads and prepares it on first use (array_record, no TensorFlow '
-                    'needed); on a machine without internet, prepare it elsewhere and set --config.tfds_data_dir'
+                    f'{str(e)[:300]}). tfds downloads and prepares it on first use; without internet, give the '
+                    f'downloaded files with {files_key}=DIR, or prepare it elsewhere and set --config.tfds_data_dir'
                     ) from None
 
 
 def read(task: Task, split: str, *, data_dir: str = '') -> list:
-  """The examples of source split `split` (e.g. 'train', 'validation', 'test') of `task`."""
+  """The examples of source split `split` (e.g. 'train', 'validation', 'test') of `task`.
+
+  Dev and test labels must be the task's (its training file's) labels; a file error is one DataError.
+  """
   if task.source == 'files':
     path = _find(task.location, {'validation': 'dev'}.get(split, split))
     if path is None:
       raise DataError(f'task directory {task.location} has no {split} file')
     if task.kind == TAGGING:
-      return _read_conll(path)
-    rows = _read_tsv_rows(path)
-    guid = os.path.basename(path)
-    if task.kind == REGRESSION:
-      return [TextExample(f'{guid}-{i}', tuple(r[1:3]), float(r[0]) if _is_number(r[0]) else None)
-              for i, r in enumerate(rows)]
-    return [TextExample(f'{guid}-{i}', tuple(r[1:3]), r[0].strip() if r[0].strip() in task.labels else None)
-            for i, r in enumerate(rows)]
+      return files.conll_examples(path)
+    return files.local_text_examples(path, task.kind == REGRESSION, None if split == 'train' else task.labels,
+                                     test=split.startswith('test'))
+  if task.source == 'glue_dir':
+    return files.glue_examples(task.location, files.GLUE_FORMATS[task.name], split, task.labels, task.target_range)
+  if task.source == 'squad_dir':
+    return files.squad_examples(task.location, task.squad_v2, split)
   source = _tfds_source(task, split, data_dir)
   records = [source[i] for i in range(len(source))]
   if task.kind == SQUAD:

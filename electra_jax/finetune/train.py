@@ -1,8 +1,13 @@
 """The fine-tuning loop: load a pre-trained discriminator (or start from scratch), train a head per seed,
 evaluate on the dev split(s), write predictions, the models and a results table.
 
-Outputs under WORKDIR: finetune.json (config, model config, task), the tokenizer (Tokenizer.save), results.json, results.md,
-seeds/<seed>/params (orbax), seeds/<seed>/predictions/ (dev predictions and test submission files).
+Outputs under WORKDIR: finetune.json (config, model config, task), the tokenizer (Tokenizer.save), results.json,
+results.md, and per seed seeds/<seed>/: result.json (its dev metrics: the seed is finished), params (orbax),
+predictions/ (dev predictions and test submission files), checkpoints/ (while it trains).
+
+Rerunning the same command skips finished seeds and resumes an unfinished one from its latest checkpoint (every
+`checkpoint_every` steps, and on SIGTERM/SIGINT), exactly as an uninterrupted run. A WORKDIR holding a pre-training
+run, another task's run or a run with other settings is refused.
 """
 
 import dataclasses
@@ -12,7 +17,6 @@ import os
 import random
 import shutil
 import sys
-import time
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -22,18 +26,24 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
+import tqdm
 
 from electra_jax import checkpoint, data, sharding
-from electra_jax.checkpoint import CheckpointError
+from electra_jax import metrics as metrics_lib
+from electra_jax.checkpoint import Checkpointer, CheckpointError
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
 from electra_jax.train_step import TrainState
-from electra_jax.trainer import TrainingError
+from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=protected-access  (shared on purpose)
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
+# Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
+# scores (`task` is compared by the task's name, as a directory may be given by another path).
+RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
+              'write_predictions', 'predict_input', 'predict_output', 'glue_dir', 'squad_dir', 'tfds_data_dir', 'mesh')
 
 
 def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: optax.GradientTransformation,
@@ -96,6 +106,12 @@ class Finetuning:
     batch = {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids}
     params = self.model.init(jax.random.wrap_key_data(rng), batch)['params']
     return TrainState(jnp.zeros((), jnp.int32), params, self.tx.init(params))
+
+  def abstract_state(self) -> TrainState:
+    """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
+    shapes = jax.eval_shape(self.init_fn, jax.random.key_data(jax.random.PRNGKey(0)))
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
+                        self.state_shardings)
 
   def init_state(self, rng, pretrained=None) -> TrainState:
     """A fresh sharded state; `pretrained` {'embeddings', 'discriminator'} params replace the initial ones."""
@@ -191,50 +207,121 @@ def majority_baseline(task: tasks.Task, train: list, dev: list) -> dict[str, flo
 
 
 def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features, c: FinetuneConfig, seed: int,
-               tag: str) -> TrainState:
+               tag: str, checkpointer: Checkpointer, stop_after: int | None = None) -> TrainState:
+  """Trains one seed from `state` (step 0, or a restored checkpoint's step) to run.total_steps, with a progress
+  bar; checkpoints every c.checkpoint_every steps. SIGTERM/SIGINT (or `stop_after` steps, as tests preempt)
+  checkpoint and raise TrainingError: the same command resumes."""
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
-  keys = [k for k in feats.arrays]
-  batches = features_lib.train_batches({k: feats.arrays[k] for k in keys}, c.batch_size, run.total_steps, seed,
-                                       jax.process_index(), jax.process_count())
-  total, start = None, time.time()
-  for step, batch in enumerate(batches, 1):
-    state, step_metrics = run.step_fn(state, sharding.global_batch(batch, run.batch_sharding), rng)
-    total = step_metrics if total is None else jax.tree.map(lambda a, b: a + b, total, step_metrics)
-    if step % c.log_every == 0 or step == run.total_steps:
-      loss_sum, count = jax.device_get(total['loss'])
-      loss = float(loss_sum / max(count, 1))
-      if not np.isfinite(loss):
-        raise TrainingError(f'{tag}: loss is {loss} at step {step}; lower optimizer.learning_rate')
-      print(f'{tag} step {step}/{run.total_steps} loss {loss:.4f} '
-            f'({step / (time.time() - start):.1f} steps/s)', file=sys.stderr, flush=True)
-      total = None
+  start = int(state.step)
+  batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed, jax.process_index(),
+                                       jax.process_count(), start=start)
+  end = run.total_steps if stop_after is None else min(run.total_steps, start + stop_after)
+  progress = tqdm.tqdm(total=run.total_steps, initial=start, desc=tag, unit='step', dynamic_ncols=True,
+                       disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  accumulate = jax.jit(metrics_lib.accumulate)
+  total = None
+  try:
+    with _StopSignal() as stop:
+      for step in range(start + 1, end + 1):
+        state, step_metrics = run.step_fn(state, sharding.global_batch(next(batches), run.batch_sharding), rng)
+        total = accumulate(total, step_metrics)
+        progress.update(1)
+        if step % c.log_every == 0 or step == end:
+          loss = metrics_lib.summarize({'loss': total['loss']})['loss']
+          if not np.isfinite(loss):
+            raise TrainingError(f'{tag}: loss is {loss} at step {step}; lower optimizer.learning_rate')
+          progress.set_postfix(loss=f'{loss:.4f}', refresh=False)
+          total = None
+        interrupted = stop.received or (step == end < run.total_steps and 'stopped')
+        if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
+          checkpointer.save(step, state, {'step': step})
+        if interrupted:
+          checkpointer.wait()
+          raise TrainingError(f'{tag}: {interrupted} at step {step}/{run.total_steps}; checkpoint saved in '
+                              f'{checkpointer.directory}: run the same command again to resume')
+  finally:
+    progress.close()
   return state
 
 
 def _load_splits(task: tasks.Task, tokenizer, c: FinetuneConfig):
-  """(training examples, training Features, [(split, examples, Features)] of the dev and test splits)."""
+  """(training examples, training Features, [(split, examples, Features)] of the dev and test splits).
+
+  Checks what per-file reading cannot: two classes among the training examples kept, and (tagging) dev/test tags
+  the training file lacks, reported in the log (those words count as errors: the model cannot predict them).
+  """
   train_examples = tasks.read(task, task.train_split, data_dir=c.tfds_data_dir)
   if 0 < c.max_train_examples < len(train_examples):
     # One subset for every seed and initialisation (seeded by 0, not by the run's seed), in file order.
     keep = sorted(random.Random(0).sample(range(len(train_examples)), c.max_train_examples))
     train_examples = [train_examples[i] for i in keep]
+  where = f'task {task.name} ({task.location})' + (f', {len(train_examples)} kept by max_train_examples'
+                                                    if c.max_train_examples else '')
+  if task.kind == tasks.CLASSIFICATION:
+    tasks.check_classes([e.label for e in train_examples], where)
   train_feats = predict.encode(task, train_examples, tokenizer, c.max_seq_length, c.squad, training=True)
   if not len(train_feats):
     raise data.DataError(f'task {task.name} has no usable training examples')
+  if task.kind == tasks.SQUAD:
+    skipped = len(train_examples) - len(set(train_feats.example_index.tolist()))
+    if skipped:
+      print(f'{task.name}: {skipped} of {len(train_examples)} training questions skipped: their answer text is not '
+            'at its offset in the context (as the official reader skips them)', file=sys.stderr)
   evals = []
   # Test splits (unlabelled for GLUE) are only predicted, so only read when predictions are written.
   for split in task.dev_splits + (task.test_splits if c.write_predictions else ()):
     examples = tasks.read(task, split.source, data_dir=c.tfds_data_dir)
+    if task.kind == tasks.TAGGING:
+      _report_unseen_tags(task, split, examples)
     evals.append((split, examples, predict.encode(task, examples, tokenizer, c.max_seq_length, c.squad,
                                                   training=False)))
   return train_examples, train_feats, evals
 
 
-def run(config, workdir: str) -> dict:
-  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results."""
+def _report_unseen_tags(task: tasks.Task, split: tasks.Split, examples: list):
+  known = set(task.labels)
+  unseen = [(e.guid, t) for e in examples for t in (e.tags or ()) if t not in known]
+  if unseen:
+    names = sorted({t for _, t in unseen})
+    effect = 'so they count as errors' if split in task.dev_splits else 'it predicts other tags for them'
+    print(f'{task.name} {split.name}: {len(unseen)} words have tags the training file lacks ({", ".join(names[:10])}'
+          f'; the first in the sentence at {unseen[0][0]}): the model cannot predict them, {effect}', file=sys.stderr)
+
+
+def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
+  """Refuses a WORKDIR that holds a pre-training run, another task's fine-tuning run, or this task's run with
+  other settings (the finished seeds there would not be this command's)."""
+  if os.path.exists(os.path.join(workdir, 'config.json')) or os.path.isdir(os.path.join(workdir, 'checkpoints')):
+    raise ConfigError(f'{workdir} holds a pre-training run (config.json, checkpoints/); fine-tuning would write over '
+                      'its tokenizer. Give another --workdir (that one is --config.init_checkpoint)')
+  path = os.path.join(workdir, 'finetune.json')
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    saved = json.load(f)
+  if saved['task']['name'] != task.name:
+    raise ConfigError(f'{workdir} holds a fine-tuning run of task {saved["task"]["name"]!r} (finetune.json); give '
+                      f'another --workdir for {task.name!r}')
+  old = flax.traverse_util.flatten_dict(saved['config'], sep='.')
+  new = flax.traverse_util.flatten_dict(json.loads(json.dumps(config_dict)), sep='.')
+  changed = sorted(k for k in set(old) | set(new) if k.split('.')[0] not in RERUN_FREE and old.get(k) != new.get(k))
+  if changed:
+    raise ConfigError(f'{workdir} holds a {task.name} run with other settings ('
+                      f'{", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])}); rerun it with '
+                      'its settings to resume it, or give another --workdir')
+
+
+def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
+  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results.
+
+  Seeds finished by an earlier run of the same command are read back, an unfinished one resumes from its latest
+  checkpoint. `stop_after` stops after that many steps, as a preemption would (tests use it).
+  """
   c = load_config(config)
-  task = tasks.get_task(c.task, c.task_kind)
+  task = tasks.get_task(c.task, c.task_kind, glue_dir=c.glue_dir, squad_dir=c.squad_dir)
   workdir = os.path.abspath(workdir)
+  config_dict = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  check_workdir(workdir, config_dict, task)  # also refuses --workdir=init_checkpoint: a pre-training run
   os.makedirs(workdir, exist_ok=True)
   pretrained = None
   if c.init_checkpoint:
@@ -256,15 +343,32 @@ def run(config, workdir: str) -> dict:
   ft = Finetuning(model, c, total_steps, mesh)
   ft.check_batch_size(c.batch_size, 'batch_size')
   ft.check_batch_size(c.eval_batch_size, 'eval_batch_size')
-  _write_run_files(workdir, config, c, model_config, task, tokenizer)
+  _write_run_files(workdir, config_dict, c, model_config, task, tokenizer)
   print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
         f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
         f'{_origin(c) if pretrained else "from scratch"}', file=sys.stderr)
 
   per_seed = []
   for seed in range(c.seed, c.seed + c.seeds):
-    state = ft.init_state(jax.random.PRNGKey(seed), pretrained)
-    state = _train_one(ft, state, train_feats, c, seed, f'[{task.name} seed {seed}]')
+    tag = f'[{task.name} seed {seed}]'
+    seed_dir = os.path.join(workdir, 'seeds', str(seed))
+    done = os.path.join(seed_dir, 'result.json')
+    if os.path.exists(done):
+      with open(done, encoding='utf-8') as f:
+        per_seed.append(json.load(f))
+      print(f'{tag} finished by an earlier run: skipped', file=sys.stderr)
+      continue
+    checkpointer = Checkpointer(seed_dir, keep=1)
+    try:
+      latest = checkpointer.latest_step()
+      if latest is None:
+        state = ft.init_state(jax.random.PRNGKey(seed), pretrained)
+      else:
+        state, _ = checkpointer.restore(latest, ft.abstract_state())
+        print(f'{tag} resumed from {checkpointer.directory}/{latest}', file=sys.stderr)
+      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, stop_after)
+    finally:
+      checkpointer.close()
     row = {'seed': seed}
     for split, examples, feats in evals:
       outputs = predict.infer(ft.eval_fn, state.params, feats, c.eval_batch_size, ft.batch_sharding)
@@ -272,27 +376,36 @@ def run(config, workdir: str) -> dict:
       if split in task.dev_splits:
         row.update({f'{split.name}/{k}': v for k, v in score(task, examples, predicted).items()})
       if c.write_predictions and jax.process_index() == 0:
-        predict.write_predictions(os.path.join(workdir, 'seeds', str(seed), 'predictions'), task, split,
-                                  examples, predicted)
+        predict.write_predictions(os.path.join(seed_dir, 'predictions'), task, split, examples, predicted)
     if c.save_model:
-      _save_params(os.path.join(workdir, 'seeds', str(seed), 'params'), state.params)
-    print(f'[{task.name} seed {seed}] ' + ', '.join(f'{k} {v:.4f}' for k, v in row.items() if k != 'seed'),
-          file=sys.stderr, flush=True)
+      _save_params(os.path.join(seed_dir, 'params'), state.params)
+    if jax.process_index() == 0:
+      _write_json(done, row)  # the seed is finished: a rerun skips it
+      shutil.rmtree(checkpointer.directory, ignore_errors=True)
+    print(f'{tag} ' + ', '.join(f'{k} {v:.4f}' for k, v in row.items() if k != 'seed'), file=sys.stderr, flush=True)
     per_seed.append(row)
   return write_results(workdir, task, c, per_seed)
+
+
+def _write_json(path: str, value):
+  """Writes `value` to `path` atomically (a killed run never leaves half a file)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=2)
+  os.replace(path + '.tmp', path)
 
 
 def _origin(c: FinetuneConfig) -> str:
   return f'from {c.init_checkpoint}' + (f' step {c.init_step}' if c.init_step else '')
 
 
-def _write_run_files(workdir, config, c: FinetuneConfig, model_config: ModelConfig, task: tasks.Task, tokenizer):
+def _write_run_files(workdir, config_dict: dict, c: FinetuneConfig, model_config: ModelConfig, task: tasks.Task,
+                     tokenizer):
   if jax.process_index() != 0:
     return
-  with open(os.path.join(workdir, 'finetune.json'), 'w', encoding='utf-8') as f:
-    json.dump({'config': config.to_dict() if hasattr(config, 'to_dict') else dict(config),
-               'model': dataclasses.asdict(model_config), 'task': dataclasses.asdict(task),
-               'max_seq_length': c.max_seq_length, 'lowercase': tokenizer.lowercase}, f, indent=2)
+  _write_json(os.path.join(workdir, 'finetune.json'), {
+      'config': config_dict, 'model': dataclasses.asdict(model_config), 'task': dataclasses.asdict(task),
+      'max_seq_length': c.max_seq_length, 'lowercase': tokenizer.lowercase})
   tokenizer.save(workdir)
 
 
