@@ -12,6 +12,7 @@ permissions; `describe` turns a Cloud Storage client's error into one line namin
 
 import base64
 import errno
+import json
 import os
 import re
 import shutil
@@ -240,3 +241,36 @@ class Staging:
     if self.remote is not None:
       self.sync()
       shutil.rmtree(self.local)
+
+
+def write_bytes(location, content: bytes):
+  """Writes file `location` whole: a local file under a temporary name renamed over it when complete; a Cloud
+  Storage object directly (it appears only once its upload completes). Either way a reader never sees half a file.
+  """
+  if is_remote(location):
+    path(location).write_bytes(content)
+    return
+  destination = path(location)
+  destination.parent.mkdir(parents=True, exist_ok=True)
+  temporary = destination.parent / f'.{destination.name}.tmp-{uuid.uuid4().hex[:8]}'
+  try:
+    temporary.write_bytes(content)
+    os.replace(temporary, destination)
+  finally:
+    if temporary.exists():
+      temporary.unlink()
+
+
+def write_text(location, text: str):
+  write_bytes(location, text.encode('utf-8'))
+
+
+def write_json(location, value):
+  write_text(location, json.dumps(value, indent=2) + '\n')
+
+
+def rmtree(location):
+  """Removes directory `location` (local or remote) and everything in it, if it exists."""
+  directory = path(location)
+  if directory.exists():
+    directory.rmtree()

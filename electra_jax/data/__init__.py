@@ -53,7 +53,7 @@ class DataConfig:
 
 def cache_dir(config: DataConfig) -> str:
   """The local cache directory (tokenizers, packed text, copies of gs:// shards): each host keeps its own."""
-  directory = config.cache_dir or os.environ.get('ELECTRA_JAX_CACHE', '~/.cache/electra_jax')
+  directory = config.cache_dir or corpus.default_cache_dir()
   if fileio.is_remote(directory):
     raise DataError(f'data.cache_dir={directory!r} must be a local directory: it holds what each machine reads '
                     'at random (packed examples, copies of gs:// shards); leave it empty for ~/.cache/electra_jax')

@@ -29,6 +29,12 @@ class DataError(ValueError):
   """Input data the user must fix; the message says how."""
 
 
+def default_cache_dir() -> str:
+  """$ELECTRA_JAX_CACHE, else ~/.cache/electra_jax: where a machine keeps tokenizers trained here, packed text and
+  local copies of gs:// ArrayRecord files."""
+  return os.path.expanduser(os.environ.get('ELECTRA_JAX_CACHE', '~/.cache/electra_jax'))
+
+
 def resolve_files(source: str) -> list[str]:
   """Expands `source` (a file, a directory, or a glob; '' = the quickstart corpus) to a sorted file list."""
   if not source:
@@ -149,7 +155,7 @@ class TfdsText:
     self.skipped = collections.Counter()
     self._batched_reads = True
     try:
-      local_dir = _local_tfds_copy(tfds, name, split, data_dir, cache_dir) if fileio.is_remote(data_dir) else data_dir
+      local_dir = local_tfds_copy(tfds, name, split, data_dir, cache_dir) if fileio.is_remote(data_dir) else data_dir
       self.records = tfds.data_source(name, split=split, data_dir=local_dir or None, download=False)
     except OSError as e:  # copying a remote data_dir: no room, an object gone, no access
       raise DataError(f'cannot copy tensorflow-datasets {name!r} split {split!r} from {data_dir}: '
@@ -207,7 +213,7 @@ class TfdsText:
     return [self.name, self.split, data_dir, info.full_name, len(self.records)]
 
 
-def _local_tfds_copy(tfds, name: str, split: str, data_dir: str, cache_dir: str) -> str:
+def local_tfds_copy(tfds, name: str, split: str, data_dir: str, cache_dir: str) -> str:
   """A local data_dir holding what split `split` of dataset `name` in remote `data_dir` needs: its shards and the
   dataset's metadata files (array_record, under tfds.data_source, opens local files only)."""
   if not cache_dir:
