@@ -2,6 +2,8 @@
 
 import setuptools
 
+TPU_COMPILER = 'libtpu==0.0.42.1'
+
 setuptools.setup(
     name='electra_jax',
     version='0.1.0',
@@ -15,7 +17,14 @@ setuptools.setup(
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
         'safetensors', 'tokenizers', 'matplotlib>=3.8', 'etils[epath]', 'fsspec', 'gcsfs', 'google-crc32c',
     ],
-    # The tests run against a local Cloud Storage emulator (gcp-storage-emulator), started by a pytest fixture.
-    extras_require={'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest', 'pytest-xdist', 'hypothesis',
-                             'gcp-storage-emulator==2026.7.19']},
+    # Tests and benchmarks only (parity with Hugging Face's PyTorch ELECTRA, property tests, the TPU compile test,
+    # a local Cloud Storage emulator for the gs:// tests). Pinned exactly: an open torch range pulls a multi-GB CUDA
+    # build.
+    extras_require={
+        'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest==9.2.0', 'pytest-xdist==3.8.0',
+                 'hypothesis==6.155.2', 'gcp-storage-emulator==2026.7.19', TPU_COMPILER],
+        # The TPU runtime and compiler, the version jax[tpu]==0.10.2 pins. On a TPU VM it runs the TPU; on any other
+        # machine `python -m electra_jax.aot` uses it to compile for a TPU slice.
+        'tpu': [TPU_COMPILER],
+    },
 )

@@ -35,13 +35,13 @@ PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 
 
-def peak_flops_per_device() -> float:
+def peak_flops_per_device(dtype: str) -> float:
   if _PEAK.value:
     return _PEAK.value * 1e12
   kind = jax.devices()[0].device_kind
   for name, tflops in PEAK_TFLOPS.items():
     if name.lower() in kind.lower():
-      return tflops * 1e12 * (1.0 if 'bfloat16' in str(_CONFIG.value.model.dtype) else 0.5)
+      return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
   # CPU: what XLA reaches on a large float32 matmul here stands in for the peak.
   x = jnp.ones((2048, 2048), jnp.float32)
   matmul = jax.jit(lambda a: a @ a)
@@ -137,7 +137,7 @@ def main(argv):
   length = c.data.max_seq_length
   batch = random_batch(c.batch_size, length, c.model.vocab_size)
   step_flops = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length))
-  peak = peak_flops_per_device() * jax.device_count()
+  peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # dtype 'auto' resolved for this device
   seconds = time_jax(c, batch)
   tokens = c.batch_size * length
   print(f'device: {jax.device_count()} x {jax.devices()[0].device_kind}; model: {c.model.num_layers} layers, '

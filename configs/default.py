@@ -1,7 +1,9 @@
 """Every key of an electra_jax pre-training run, with its default.
 
 Scale configs (`small.py`, `base.py`, `large.py`, `tiny.py`) start from this one and override a dozen keys.
-Any key can be overridden on the command line: `--config.optimizer.learning_rate=1e-3`.
+Any key can be overridden on the command line: `--config.optimizer.learning_rate=1e-3`; `--show_config` lists
+them all with their values and the comments written here (a key's comment is the one on its line, or the
+comment lines just above it).
 """
 
 import ml_collections
@@ -33,8 +35,9 @@ def get_config():
   config.model.attention_dropout_rate = 0.1  # Dropout on attention probabilities.
   config.model.initializer_range = 0.02  # Std of the truncated-normal initialiser.
   config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
-  config.model.dtype = 'float32'  # Activation/matmul dtype: 'float32' or 'bfloat16' (params stay fp32).
+  config.model.dtype = 'auto'  # Activations and matmuls: 'float32', 'bfloat16', 'auto' (bf16 on TPU/GPU, fp32 on CPU).
   config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
+  config.model.scan_layers = False  # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
   # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
   config.model.tying = 'embeddings'
@@ -92,9 +95,9 @@ def adam():
   """The AdamW keys pre-training and fine-tuning share (`electra_jax.config.AdamConfig`)."""
   optimizer = ml_collections.ConfigDict()
   optimizer.weight_decay = 0.01  # Decoupled weight decay (not on LayerNorm or biases).
-  optimizer.b1 = 0.9
-  optimizer.b2 = 0.999
-  optimizer.eps = 1e-6
+  optimizer.b1 = 0.9  # Adam's decay of the gradient average (beta1).
+  optimizer.b2 = 0.999  # Adam's decay of the squared-gradient average (beta2).
+  optimizer.eps = 1e-6  # Added to Adam's denominator (the official ELECTRA value).
   optimizer.clip_norm = 1.0  # Global gradient-norm clipping.
   optimizer.bias_correction = False  # The official ELECTRA Adam has none.
   return optimizer

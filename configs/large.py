@@ -1,4 +1,9 @@
-"""ELECTRA-Large as in the paper: 24 layers, H=E=1024, generator 1/4, lr 2e-4, batch 2048 x 512, mask 25%, 400k steps."""
+"""ELECTRA-Large as in the paper: 24 layers, H=E=1024, generator 1/4, lr 2e-4, batch 2048 x 512, mask 25%, 400k steps.
+
+Rematerialised layers by default, chosen by compiling the step for a v3-64 (`python -m electra_jax.aot
+--topology=v3:4x8`, BENCHMARKS.md): without remat its 32 sequences of 512 per core need 22-32 GiB of activations
+(float32 data-parallel, bf16 FSDP), more than a v3 core's 16 GiB; with remat, data-parallel bf16 peaks at 10.3 GiB.
+"""
 
 from configs import default
 
@@ -15,4 +20,5 @@ def get_config():
                       intermediate_size=4096, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
+  config.model.remat = True  # Recompute each layer in the backward pass (see above).
   return config

@@ -6,8 +6,14 @@ mesh can be read onto another.
 parameters of a checkpoint (not the optimiser state, which is twice their size).
 """
 
+import contextlib
+import dataclasses
 import json
+import logging
 import os
+import re
+import sys
+import traceback
 
 import flax.linen as nn
 import jax
@@ -15,70 +21,235 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from electra_jax import config as config_lib
-from electra_jax import objective
-from electra_jax.model import Electra
+from electra_jax import fileio, objective
+from electra_jax.model import Electra, unstack_layers
 
 
 class CheckpointError(RuntimeError):
-  """A checkpoint that cannot be used; the message says what to do."""
+  """A checkpoint that cannot be used or written; the message says what to do."""
+
+
+CHECKSUMS = 'electra_checksums.json'  # in each step directory: {file: [size, sha256]}
+# Where unreadable checkpoints are moved (WORKDIR/UNREADABLE/<step>): out of orbax's sight, never deleted.
+UNREADABLE = 'unreadable_checkpoints'
 
 
 class Checkpointer:
   """A thin wrapper over an orbax CheckpointManager with the two items of a pre-training run.
 
-  The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age.
+  The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age. Orbax writes
+  each step under a temporary name and renames it when complete, so a step directory is always whole; temporary
+  ones left by a crash are removed when the next run opens the directory. Once a step is complete, the size and
+  sha256 of each of its files go to <step>/electra_checksums.json, checked before the step is read: orbax itself
+  reads damaged array bytes back as numbers.
   """
 
   def __init__(self, workdir: str, keep: int = 3, preserve: tuple[int, ...] = ()):
-    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.workdir = os.path.abspath(workdir)
+    self.directory = os.path.join(self.workdir, 'checkpoints')
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
     self.manager = ocp.CheckpointManager(
         self.directory, item_names=('state', 'data'),
-        options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True))
+        options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True, cleanup_tmp_directories=True))
+    self._failed = False
+    self._unrecorded = None  # the step being written: its checksums are recorded once it is complete
 
   def all_steps(self) -> list[int]:
-    return list(self.manager.all_steps())
+    return sorted(self.manager.all_steps())
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
   def save(self, step: int, state, data_state: dict):
-    """Starts writing checkpoint `step` (asynchronously; `wait` or `close` finishes it)."""
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    data=ocp.args.JsonSave(data_state)), force=True)
+    """Starts writing checkpoint `step` (asynchronously; `wait` or `close` finishes it).
+
+    Raises CheckpointError if this or the previous write failed (a full disk, say).
+    """
+    def start():
+      self._finish()
+      self.manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+      self._unrecorded = step
+    self._writing(start)
+
+  def _finish(self):
+    """Waits for the checkpoint being written, then records its files' checksums."""
+    self.manager.wait_until_finished()
+    step, self._unrecorded = self._unrecorded, None
+    directory = os.path.join(self.directory, str(step))
+    if step is not None and jax.process_index() == 0 and os.path.isdir(directory):
+      fileio.write_json(os.path.join(directory, CHECKSUMS), _checksums(directory))
+
+  def _writing(self, operation):
+    if self._failed:
+      return
+    try:
+      operation()
+    except Exception as e:  # orbax and tensorstore raise many types for a failed write
+      self._failed = True
+      complete = sorted(int(name) for name in os.listdir(self.directory) if name.isdigit())
+      kept = (f'the newest complete checkpoint is step {complete[-1]}, and the same command resumes from it'
+              if complete else 'no checkpoint was completed yet')
+      raise CheckpointError(f'writing a checkpoint to {self.directory} failed ({_reason(e)}): {kept}') from None
 
   def restore(self, step: int, abstract_state):
     """Returns (state, data_state) of checkpoint `step`, laid out as `abstract_state`'s shardings say."""
     try:
+      self._verify(step)
       restored = self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     except Exception as e:  # orbax raises many types for truncated or foreign files
-      raise CheckpointError(
-          f'cannot read checkpoint {self.directory}/{step} ({type(e).__name__}: {str(e)[:300]}). It may be '
-          f'incomplete or corrupt, or come from a different model config. Move that step directory out of '
-          f'{self.directory} to resume from the one before, or start a new --workdir.') from None
+      raise CheckpointError(f'checkpoint {step} in {self.directory} cannot be read ({_reason(e)})') from None
     return restored['state'], restored['data']
+
+  def restore_latest(self, abstract_state) -> tuple[int, object, dict] | None:
+    """(step, state, data_state) of the newest checkpoint that reads back; None if there is none.
+
+    Unreadable newer ones (truncated, emptied, damaged files) are each reported in one line and moved to
+    WORKDIR/unreadable_checkpoints/; if none reads back, nothing is moved and CheckpointError says so.
+    """
+    bad = []
+    for step in reversed(self.all_steps()):
+      try:
+        state, data_state = self.restore(step, abstract_state)
+      except CheckpointError as e:
+        bad.append((step, str(e)))
+        continue
+      for bad_step, message in bad:
+        moved = self._move_aside(bad_step)
+        print(f'warning: {message}; moved it to {moved}, resuming from checkpoint {step}', file=sys.stderr)
+      self.manager.reload()
+      return step, state, data_state
+    if bad:
+      raise CheckpointError(
+          f'no checkpoint in {self.directory} can be read (steps {", ".join(str(s) for s, _ in bad)}; the newest: '
+          f'{bad[0][1]}). Move them aside to train from step 0, or start a new --workdir')
+    return None
+
+  def _move_aside(self, step: int) -> str:
+    target = os.path.join(self.workdir, UNREADABLE, str(step))
+    suffix = 0
+    while os.path.exists(target):  # the same step may go bad twice
+      suffix += 1
+      target = os.path.join(self.workdir, UNREADABLE, f'{step}.{suffix}')
+    if jax.process_index() == 0:
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.rename(os.path.join(self.directory, str(step)), target)
+    return target
 
   def restore_params(self, step: int, abstract_params):
     """Only TrainState.params of checkpoint `step`, laid out as `abstract_params`' shardings say."""
+    steps = self.all_steps()
+    if step not in steps:
+      raise CheckpointError(f'{self.directory} has no checkpoint {step}; its steps are '
+                            f'{", ".join(map(str, steps)) or "none"}')
     try:
+      self._verify(step)
       restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
           {'params': abstract_params}, restore_args=ocp.checkpoint_utils.construct_restore_args(
               {'params': abstract_params}), partial_restore=True)))
     except Exception as e:  # orbax raises many types for truncated or foreign files
+      others = [s for s in steps if s != step]
       raise CheckpointError(
-          f'cannot read the parameters of checkpoint {self.directory}/{step} ({type(e).__name__}: '
-          f'{str(e)[:300]}). It may be incomplete or corrupt, or not match {self.directory}/../config.json.'
-      ) from None
+          f'checkpoint {step} in {self.directory} cannot be read ({_reason(e)}); it may be incomplete or damaged, '
+          f'or not match {os.path.join(self.workdir, "config.json")}' +
+          (f'. Other steps: {", ".join(map(str, others))}' if others else '')) from None
     return restored['state']['params']
 
+  def _verify(self, step: int):
+    """Raises _Damaged if a file of checkpoint `step` differs from when it was written."""
+    directory = os.path.join(self.directory, str(step))
+    path = os.path.join(directory, CHECKSUMS)
+    if not os.path.exists(path):  # written before checksums were recorded, or killed just before
+      return
+    with open(path, encoding='utf-8') as f:
+      recorded = json.load(f)
+    for name, (size, digest) in sorted(recorded.items()):
+      file = os.path.join(directory, name)
+      problem = ('is missing' if not os.path.isfile(file) else
+                 f'has {os.path.getsize(file)} bytes, not {size}' if os.path.getsize(file) != size else
+                 'has other bytes than were written' if fileio.sha256(file) != digest else None)
+      if problem:
+        raise _Damaged(f'{name} {problem}')
+
   def wait(self):
-    self.manager.wait_until_finished()
+    self._writing(self._finish)
 
   def close(self):
-    self.manager.wait_until_finished()
-    self.manager.close()
+    try:
+      self.wait()
+    finally:
+      if self._failed:  # orbax would raise the failed write's error again
+        with contextlib.suppress(Exception):
+          self.manager.close()
+      else:
+        self.manager.close()
+
+
+class _Damaged(Exception):
+  """A checkpoint file that is not as it was written (`Checkpointer._verify`)."""
+
+
+def _checksums(directory: str) -> dict[str, list]:
+  """{path relative to `directory`: [size, sha256]} of every file under a complete checkpoint directory."""
+  recorded = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      relative = os.path.relpath(path, directory)
+      if relative != CHECKSUMS:
+        recorded[relative] = [os.path.getsize(path), fileio.sha256(path)]
+  return recorded
+
+
+def _reason(error: Exception) -> str:
+  """An orbax/tensorstore error in a few words: its type, and the start and end of its first line.
+
+  Their messages run to hundreds of characters of nested driver names; the end names the file that failed.
+  """
+  first = str(error).strip().splitlines()[0] if str(error).strip() else ''
+  if isinstance(error, _Damaged):
+    return first
+  code = re.search(r"os_error_code='(\d+)'", first)
+  number = int(code.group(1)) if code else getattr(error, 'errno', None)
+  advice = fileio.advice(number) if number else ''
+  if len(first) > 160:
+    first = f'{first[:80]} ... {first[-70:]}'
+  return f'{type(error).__name__}: {first}' + (f'; {advice}' if advice else '')
+
+
+def _ignore_late_callbacks_of_failed_reads():
+  """A failed restore returns while tensorstore still completes its other reads; their callbacks then find
+  orbax's event loop closed, and Python prints each as an unraisable "RuntimeError: Event loop is closed" with
+  a traceback (dozens of them). They carry no information: drop exactly those, pass anything else on."""
+  previous = sys.unraisablehook
+  if getattr(previous, 'electra_jax', False):
+    return
+
+  def hook(unraisable):
+    if not (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == 'Event loop is closed'):
+      previous(unraisable)
+
+  hook.electra_jax = True
+  sys.unraisablehook = hook
+
+
+_ignore_late_callbacks_of_failed_reads()
+
+
+class _OrbaxTracebacks(logging.Filter):
+  """Drops error logs whose traceback runs through orbax: the exception is raised to Checkpointer, which reports
+  it in one line (a full disk otherwise prints six tracebacks from orbax's writer threads and asyncio)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
+      return True
+    return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
+
+
+for _logger in ('absl', 'asyncio'):  # orbax logs through absl.logging; asyncio reports its unretrieved futures
+  logging.getLogger(_logger).addFilter(_OrbaxTracebacks())
 
 
 def load_config(workdir: str) -> config_lib.TrainConfig:
@@ -106,7 +277,9 @@ def abstract_params(model: Electra, sharding=None):
 def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.TrainConfig, dict]:
   """(config, params) of checkpoint `step` (default: the latest) of WORKDIR, params on the first device.
 
-  The params follow `electra_jax.model.Electra`'s tree; use them as `model.apply({'params': params}, ...)`.
+  The params follow `electra_jax.model.Electra`'s tree, one subtree per encoder layer (a run with
+  model.scan_layers comes back unstacked, with scan_layers off in its config); use them as
+  `model.apply({'params': params}, ...)`.
   """
   config = load_config(workdir)
   if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
@@ -121,4 +294,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
     params = checkpointer.restore_params(step, abstract_params(model, device))
   finally:
     checkpointer.close()
+  if config.model.scan_layers:  # what reads these params expects one parameter tree per layer
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, scan_layers=False))
+    params = unstack_layers(params)
   return config, params

@@ -1,39 +1,215 @@
 """What the command-line entry points share: a mistake in the user's input is one clear line on stderr, not a
-traceback. `electra_jax.main` and `electra_jax.experiments.compare` use it.
+traceback; `--show_config` lists every key of a config file with its value and its comment. `electra_jax.main`
+and `electra_jax.experiments.compare` use it.
 """
 
+import ast
+import difflib
+import functools
+import os
+import runpy
 import sys
+import tokenize
 
 from absl import flags
 
-from electra_jax import checkpoint, config, data, trainer
+from electra_jax import checkpoint, config, data, fileio, trainer
 
 # Errors caused by the user's input (config, data, checkpoints, a diverging run): their message says what to do.
 USER_ERRORS = (config.ConfigError, data.DataError, checkpoint.CheckpointError, trainer.TrainingError)
 
 
-def flags_parser(keys_defined_in: str):
-  """An absl `flags_parser` turning a config override that names an unknown key into one clear line."""
+def flags_parser(argv):
+  """An absl `flags_parser`: a bad flag, config file or config override is one line (with the closest key for a
+  typo)."""
+  try:
+    parsed = flags.FLAGS(argv)
+    if 'config' in flags.FLAGS and flags.FLAGS['config'].value is not None:
+      flags.FLAGS['config'].value.keys()  # a config file that failed to load raises here, on first use
+  except (KeyError, AttributeError, flags.Error) as e:
+    _exit_with(_flag_error(e, argv))
+  except Exception as e:  # loading a config file runs the user's Python: any error is theirs to fix
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), '')
+    _exit_with(f'--config={filename} cannot be loaded ({type(e).__name__}: {lines[-1] if lines else ""}); give '
+               'a config file such as configs/tiny.py or configs/finetune.py')
+  if 'workdir' in flags.FLAGS and not flags.FLAGS.workdir and not flags.FLAGS.get_flag_value('show_config', False):
+    _exit_with('--workdir=DIR is required: where checkpoints, metrics and results go')
+  return parsed
 
-  def parse(argv):
-    try:
-      return flags.FLAGS(argv)
-    except (KeyError, AttributeError) as e:
-      message = e.args[0] if e.args else str(e)
-      print(f'error: unknown config key in the command line: {message}. The keys are defined in '
-            f'{keys_defined_in}.', file=sys.stderr)
-      sys.exit(2)
-    except flags.Error as e:
-      print(f'error: {e}', file=sys.stderr)
-      sys.exit(2)
 
-  return parse
+def _exit_with(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _flag_error(error: Exception, argv: list[str]) -> str:
+  overrides = [a[2:].split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
+  filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), None)
+  if overrides and filename is None:
+    return (f'--{overrides[0]} sets a key of a config file: give the file too, e.g. '
+            '--config=configs/finetune.py (fine-tuning, prediction) or --config=configs/tiny.py (pre-training)')
+  keys = [key for key, _ in flat_keys(_load_config(filename))] if overrides else []
+  for name in overrides:
+    key = name[len('config.'):]
+    if keys and key not in keys and not any(k.startswith(key + '.') for k in keys):
+      close = difflib.get_close_matches(key, keys, n=1)
+      hint = f' (did you mean {close[0]}?)' if close else ''
+      return f'{filename} has no key {key}{hint}; --config={filename} --show_config lists every key'
+  message = error.args[0] if error.args else str(error)
+  while isinstance(message, str) and message[:1] in '\'"' and message[-1:] == message[:1]:
+    message = ast.literal_eval(message)  # KeyError's message can arrive quoted, even twice
+  return ' '.join(str(message).split())
+
+
+def _load_config(filename: str):
+  """The config `--config=filename` names (FILE.py or FILE.py:ARG), or {} if it does not load."""
+  path, _, arg = filename.partition(':')
+  try:
+    return runpy.run_path(path)['get_config'](*([arg] if arg else []))
+  except Exception:  # pylint: disable=broad-except  (the flag's own error then says why)
+    return {}
 
 
 def run(fn, *args):
-  """fn(*args), with a USER_ERRORS exception printed as `error: ...` and exit status 1."""
+  """fn(*args), with a USER_ERRORS exception or a file-system error printed as `error: ...`, exit status 1."""
   try:
     return fn(*args)
   except USER_ERRORS as e:
     print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+  except OSError as e:  # a missing input, a full disk, a read-only directory
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
+  sys.exit(1)
+
+
+def mode_for(values, mode: str | None, filename: str) -> str:
+  """What --mode runs config `values` (read from `filename`): `mode` if given, else what the config is for."""
+  finetuning = 'task' in values  # configs/finetune.py and its kin name a task; pre-training configs do not
+  if mode is None:
+    return ('predict' if values.get('predict_input') else 'finetune') if finetuning else 'pretrain'
+  if mode == 'pretrain' and finetuning:
+    raise config.ConfigError(f'{filename} is a fine-tuning config: leave --mode out to fine-tune with it, or give '
+                             'a pre-training config such as configs/tiny.py')
+  if mode != 'pretrain' and not finetuning:
+    raise config.ConfigError(f'--mode={mode} needs a fine-tuning config such as configs/finetune.py; {filename} '
+                             'is a pre-training config')
+  return mode
+
+
+def flat_keys(values, prefix: str = ''):
+  """Yields (dotted key, value) of every leaf of a ConfigDict or nested dict."""
+  for key, value in values.items():
+    if hasattr(value, 'items'):
+      yield from flat_keys(value, f'{prefix}{key}.')
+    else:
+      yield f'{prefix}{key}', value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --show_config: the keys' comments are read from the config files themselves (configs/default.py documents
+# every pre-training key on its line), so they cannot drift from the code.
+
+
+def show_config(values, filename: str) -> str:
+  """Every key of config `values` (loaded from `filename`): `key = value  # comment`, one line each."""
+  comments = _Comments(filename)
+  lines = [f'# {filename}: every key, its value, and what it does. Override any with --config.KEY=VALUE.']
+  for key, value in flat_keys(values):
+    comment = comments.lookup(key)
+    lines.append(f'{key} = {value!r}' + (f'  # {comment}' if comment else ''))
+  return '\n'.join(lines)
+
+
+class _Comments:
+  """One-line comments of the keys a config file (and the config modules it imports) assigns.
+
+  A key's comment is the comment at the end of the line assigning it, or the comment lines just above it.
+  `config.pretrain = tiny.get_config()` binds the keys under `pretrain.` to configs/tiny.py's; `adam()` returning
+  `optimizer` documents `optimizer.*`.
+  """
+
+  def __init__(self, filename: str):
+    self.own, self.bound, self.imports = _file_comments(filename)
+
+  def lookup(self, key: str) -> str:
+    for prefix, module_file in self.bound.items():
+      if key.startswith(prefix + '.'):
+        found = _Comments(module_file).lookup(key[len(prefix) + 1:])
+        if found:
+          return found
+    # The key itself, then shorter and shorter tails of it ('overrides.mlm.objective.mask_prob' ->
+    # 'objective.mask_prob'), in this file and then in the configs it imports.
+    parts = key.split('.')
+    for start in range(len(parts)):
+      tail = '.'.join(parts[start:])
+      if tail in self.own:
+        return self.own[tail]
+      for module_file in self.imports:
+        found = _Comments(module_file).own.get(tail)
+        if found:
+          return found
+    return ''
+
+
+@functools.cache
+def _file_comments(filename: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
+  """({key: comment}, {key prefix: config file its keys come from}, [config files imported]) of one file."""
+  with open(filename, encoding='utf-8') as f:
+    source = f.read()
+  tree = ast.parse(source)
+  lines = source.splitlines()
+  trailing = {}
+  with open(filename, 'rb') as f:
+    for token in tokenize.tokenize(f.readline):
+      if token.type == tokenize.COMMENT:
+        trailing[token.start[0]] = token.string.lstrip('#').strip()
+  directory = os.path.dirname(os.path.abspath(filename))
+  modules = {}  # local name -> file, for `from configs import default`
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == 'configs':
+      for alias in node.names:
+        path = os.path.join(_configs_dir(directory), f'{alias.name}.py')
+        if os.path.isfile(path):
+          modules[alias.asname or alias.name] = path
+  own, bound = {}, {}
+  for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+    returned = [n.value.id for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)]
+    root = returned[0] if returned else 'config'
+    for node in ast.walk(function):
+      if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)):
+        continue
+      dotted = ast.unparse(node.targets[0]).split('.')
+      if dotted[0] != root:
+        continue
+      key = '.'.join(dotted[1:] if root == 'config' else dotted)
+      comment = trailing.get(node.end_lineno)
+      above, line = [], node.lineno - 1
+      while line >= 1 and lines[line - 1].lstrip().startswith('#'):
+        above.insert(0, trailing.get(line, ''))
+        line -= 1
+      if comment or above:
+        own.setdefault(key, comment or ' '.join(above))
+      value = node.value
+      if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and
+          isinstance(value.func.value, ast.Name) and value.func.value.id in modules and
+          value.func.attr == 'get_config'):
+        bound['.'.join(dotted[1:])] = modules[value.func.value.id]
+  return own, bound, _import_closure(tuple(modules.values()))
+
+
+def _import_closure(files: tuple[str, ...]) -> list[str]:
+  """`files` and the config files they import, breadth first."""
+  seen, queue = [], list(files)
+  while queue:
+    path = queue.pop(0)
+    if path not in seen:
+      seen.append(path)
+      queue.extend(_file_comments(path)[2])
+  return seen
+
+
+def _configs_dir(directory: str) -> str:
+  """The `configs` package directory, from a file inside it or in one of its subpackages."""
+  while os.path.basename(directory) != 'configs' and os.path.dirname(directory) != directory:
+    directory = os.path.dirname(directory)
+  return directory

@@ -7,6 +7,8 @@ in a config file is one clear error rather than a silently ignored setting.
 import dataclasses
 from typing import Any, Mapping, TypeVar
 
+from electra_jax.data import DataConfig
+
 T = TypeVar('T')
 
 
@@ -32,6 +34,18 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
       raise ConfigError(f'config key {where}.{name} must be {expected.__name__}, got {value!r}')
     kwargs[name] = value
   return cls(**kwargs)
+
+
+DTYPES = ('auto', 'float32', 'bfloat16')
+
+
+def compute_dtype(dtype: str, platform: str) -> str:
+  """model.dtype on `platform` ('cpu', 'gpu', 'tpu'): 'auto' is bfloat16 on TPUs and GPUs, whose matrix units are
+  built for it (half the activation memory, the full matmul rate), and float32 on CPUs, where bfloat16 matmuls
+  are slower than float32 ones and the tests compare with float32 references."""
+  if dtype != 'auto':
+    return dtype
+  return 'float32' if platform == 'cpu' else 'bfloat16'
 
 
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
@@ -60,11 +74,15 @@ class ModelConfig:
   layer_norm_eps: float = 1e-12
   dtype: str = 'float32'
   remat: bool = False
+  scan_layers: bool = False
   tying: str = 'embeddings'
 
   def __post_init__(self):
-    if self.dtype not in ('float32', 'bfloat16'):
-      raise ConfigError(f"model.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+    if self.dtype not in DTYPES:
+      raise ConfigError(f'model.dtype must be one of {", ".join(map(repr, DTYPES))}, got {self.dtype!r}')
+    if self.dtype == 'auto':
+      import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
+      object.__setattr__(self, 'dtype', compute_dtype(self.dtype, jax.default_backend()))
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:
@@ -159,6 +177,25 @@ class OptimizerConfig(AdamConfig):
   warmup_steps: int = 10000
 
 
+# The device mesh's axes, in the order of mesh.shape (see electra_jax.sharding for what each is for).
+AXES = ('data', 'fsdp', 'tensor')
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Devices along each of AXES, and the rules mapping logical axis names to them."""
+  shape: tuple = (-1, 1, 1)
+  rules: tuple = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
+    object.__setattr__(self, 'rules', tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                                            for name, axes in self.rules))
+    if len(self.shape) != len(AXES) or list(self.shape).count(-1) > 1:
+      raise ConfigError(f'mesh.shape must have {len(AXES)} entries for {AXES} with at most one -1, '
+                        f'got {self.shape}')
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """Top-level run settings plus the typed sub-configs."""
@@ -173,8 +210,8 @@ class TrainConfig:
   model: ModelConfig = ModelConfig()
   objective: ObjectiveConfig = ObjectiveConfig()
   optimizer: OptimizerConfig = OptimizerConfig()
-  data: Any = None  # a DataConfig (electra_jax.data)
-  mesh: Any = None  # a MeshConfig (electra_jax.sharding)
+  data: DataConfig = DataConfig()
+  mesh: MeshConfig = MeshConfig()
 
   def __post_init__(self):
     for name in ('train_steps', 'batch_size', 'grad_accum_steps', 'log_every', 'checkpoint_every',
@@ -208,17 +245,17 @@ class TrainConfig:
 def load(config, vocab_size: int | None = None) -> TrainConfig:
   """Turns a ConfigDict (or nested dict) into a validated TrainConfig.
 
-  `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0.
+  `vocab_size` (from the tokenizer) fills `model.vocab_size` when the config leaves it at 0. objective.name is
+  checked where the objective is looked up (`electra_jax.objective.get`), before anything is compiled: this module
+  is below the objectives and does not import them.
   """
-  from electra_jax import data, objective, sharding  # pylint: disable=g-import-not-at-top  (they import this module)
   values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
   sub = {'model': ModelConfig, 'objective': ObjectiveConfig, 'optimizer': OptimizerConfig,
-         'data': data.DataConfig, 'mesh': sharding.MeshConfig}
+         'data': DataConfig, 'mesh': MeshConfig}
   parts = {}
   for name, cls in sub.items():
     part = dict(values.pop(name, {}))
     if name == 'model' and vocab_size and not part.get('vocab_size'):
       part['vocab_size'] = vocab_size
     parts[name] = from_dict(cls, part, where=name)
-  objective.get(parts['objective'].name)  # an unknown name is a ConfigError now, not inside jit
   return from_dict(TrainConfig, values, where='config', **parts)

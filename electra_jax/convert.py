@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -31,7 +30,7 @@ import numpy as np
 from flax import traverse_util
 
 from configs import default as default_config
-from electra_jax import checkpoint, data, optimizer
+from electra_jax import checkpoint, data, fileio, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra
@@ -400,16 +399,18 @@ def _copy_tokenizer_files(source: str, destination: str) -> list[str]:
   copied = []
   for name in TOKENIZER_FILES:
     if os.path.isfile(os.path.join(source, name)):
-      shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+      fileio.copy(os.path.join(source, name), os.path.join(destination, name))
       copied.append(name)
   return copied
 
 
 def _do_lower_case(directory: str) -> bool | None:
+  """tokenizer_config.json's do_lower_case; None (the tokenizer file decides) if it says nothing."""
   path = os.path.join(directory, 'tokenizer_config.json')
   if os.path.isfile(path):
     with open(path, encoding='utf-8') as f:
-      return json.load(f).get('do_lower_case')
+      value = json.load(f).get('do_lower_case')
+    return None if value is None else bool(value)
   return None
 
 
@@ -423,14 +424,11 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
-  lowercase = _do_lower_case(out)
-  if lowercase is not None:
-    config.data.lowercase = bool(lowercase)
-  for name in ('tokenizer.model', 'vocab.txt'):
+  for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
     if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-      data.tokenizer.load(os.path.join(out, name), lowercase=config.data.lowercase).save(out)
-      config.data.tokenizer = out
-      config.data.vocab_size = config.model.vocab_size
+      tokenizer = data.tokenizer.load(os.path.join(out, name), lowercase=_do_lower_case(out))
+      tokenizer.save(out)
+      config.data.update(tokenizer=out, vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
       break
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
@@ -439,8 +437,7 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   checkpointer = checkpoint.Checkpointer(out)
   checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
   checkpointer.close()
-  with open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(config.to_dict(), f, indent=2)
+  fileio.write_json(os.path.join(out, 'config.json'), config.to_dict())
 
 
 def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):
@@ -499,8 +496,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
     directory = os.path.join(out, what)
     os.makedirs(directory, exist_ok=True)
     save_file(state_dict, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
-    with open(os.path.join(directory, 'config.json'), 'w', encoding='utf-8') as f:
-      json.dump(configs[what], f, indent=2)
+    fileio.write_json(os.path.join(directory, 'config.json'), configs[what])
     _copy_tokenizer_files(workdir, directory)
 
 
@@ -537,6 +533,9 @@ def main(argv=None):
       print(f'wrote {os.path.join(args.to_hf, DISC)} and {os.path.join(args.to_hf, GEN)}')
   except (ConversionError, config_lib.ConfigError, data.DataError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except OSError as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 
 

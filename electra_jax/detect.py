@@ -4,20 +4,22 @@
   python -m electra_jax.detect --checkpoint WORKDIR --json "the chef ate the meal"
 
 WORKDIR is a pre-training run or an import (`python -m electra_jax.convert`). Its tokenizer is
-WORKDIR/tokenizer.model (SentencePiece, what the trainer writes) or WORKDIR/vocab.txt (WordPiece, what Hugging
-Face and Google ship). The text is encoded as [CLS] text [SEP], one segment.
+WORKDIR/tokenizer.model (SentencePiece, what the trainer writes), WORKDIR/vocab.txt (WordPiece, what Google and
+older transformers ship) or WORKDIR/tokenizer.json (WordPiece, what transformers 5 saves). The text is encoded as
+[CLS] text [SEP], one segment.
 """
 
 import argparse
 import functools
 import json
+import os
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import checkpoint, data
+from electra_jax import checkpoint, data, fileio
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
@@ -58,6 +60,9 @@ class Detector:
   """A workdir's discriminator and tokenizer, loaded once for any number of texts."""
 
   def __init__(self, workdir: str, step: int | None = None):
+    if not os.path.isdir(workdir):
+      raise DetectError(f'{workdir} does not exist: give the workdir of a pre-training run or of an import '
+                        '(python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = checkpoint.load_params(workdir, step)
 
@@ -96,6 +101,9 @@ def main(argv=None):
     rows = Detector(args.checkpoint, args.step)(' '.join(args.text))
   except (DetectError, checkpoint.CheckpointError, config_lib.ConfigError, data.DataError) as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except OSError as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
   print(json.dumps(rows, ensure_ascii=False) if args.json else format_table(rows))
 

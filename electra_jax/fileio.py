@@ -1,17 +1,27 @@
-"""Where electra_jax reads and writes: local paths or Cloud Storage (`gs://bucket/...`), through one path type.
+"""Where and how electra_jax reads and writes files: local paths or Cloud Storage (`gs://bucket/...`), atomically.
 
 `path(location)` gives an `etils.epath.Path` (the path type orbax uses): local paths go through `os`, gs:// paths
 through gcsfs (fsspec) with the machine's Application Default Credentials (on a Cloud TPU VM, its service account).
 Orbax writes checkpoints to gs:// with tensorstore's own client. Code that takes a location from the user takes
 either kind and never calls `os.path` on it: `os.path.abspath('gs://b/x')` is a local path.
 
+Writes are whole or absent. A local file is written under a temporary name beside its destination and renamed over
+it only when complete, so a crash, a kill or a full disk never leaves half a file under the final name; the
+temporary file is created with mode 0666 minus the umask, as `open()` would (Python's `tempfile` uses 0600, which a
+rename would keep). A Cloud Storage object appears only when its upload completes, so it is uploaded directly once
+its content is complete. Objects cannot be appended to: `Staging` keeps growing files (metrics) locally and
+uploads them whole.
+
 array_record's reader (built shards, tfds datasets) opens local files only: `local_copy` gives it a verified copy of
-the remote files in the local cache. `check_remote` fails early, in one line, on a missing bucket or missing
-permissions; `describe` turns a Cloud Storage client's error into one line naming the gs:// object.
+the remote files in the local cache. `check_writable_directory` and `check_remote` fail early, in one line, on a
+missing bucket or missing permissions; `describe` turns any file error, local or Cloud Storage, into one line.
 """
 
 import base64
+import contextlib
 import errno
+import hashlib
+import io
 import json
 import os
 import re
@@ -26,6 +36,15 @@ from typing import Iterable
 from etils import epath
 
 COPY_BLOCK = 16 << 20
+
+# What a file-system error means for the user, by errno; `describe` appends it.
+_ADVICE = {
+    errno.ENOSPC: 'the disk is full: free some space and run the same command again',
+    errno.EDQUOT: 'the disk quota is exhausted: free some space and run the same command again',
+    errno.EROFS: 'the file system is read-only: choose a writable directory',
+    errno.EACCES: 'permission denied: choose a directory you can write to, or fix its permissions',
+    errno.EPERM: 'permission denied: choose a directory you can write to, or fix its permissions',
+}
 
 
 def is_remote(location) -> bool:
@@ -63,6 +82,87 @@ def list_files(location: str) -> list[str]:
   return sorted(fs.unstrip_protocol(p) for p in found)
 
 
+@contextlib.contextmanager
+def atomic_writer(location, mode: str = 'wb'):
+  """Yields a file object whose content replaces file `location` (local or gs://) when the block ends without
+  error; on an error nothing is written."""
+  if is_remote(location):
+    buffer = io.BytesIO() if 'b' in mode else io.StringIO()
+    yield buffer
+    content = buffer.getvalue()
+    path(location).write_bytes(content if 'b' in mode else content.encode('utf-8'))
+    return
+  directory, name = os.path.split(os.fspath(path(location)))
+  os.makedirs(directory, exist_ok=True)
+  temporary = os.path.join(directory, f'.{name}.tmp-{uuid.uuid4().hex[:8]}')
+  # 0o666: the umask applies, as with open(); O_EXCL: never write through a file or link someone else made.
+  fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+  try:
+    with os.fdopen(fd, mode, **({} if 'b' in mode else {'encoding': 'utf-8'})) as f:
+      yield f
+      f.flush()
+      os.fsync(f.fileno())  # on disk before the rename makes it visible: a power cut leaves old or new, not empty
+    os.replace(temporary, os.path.join(directory, name))
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(temporary)
+    raise
+
+
+def write_text(location, text: str):
+  with atomic_writer(location, 'w') as f:
+    f.write(text)
+
+
+def write_json(location, value):
+  write_text(location, json.dumps(value, indent=2) + '\n')
+
+
+def copy(source, destination):
+  """Copies file `source` to `destination` atomically (the copy gets the umask's mode, not the source's)."""
+  with path(source).open('rb') as src, atomic_writer(destination) as dst:
+    shutil.copyfileobj(src, dst)
+
+
+def rmtree(location):
+  """Removes directory `location` (local or remote) and everything in it, if it exists."""
+  directory = path(location)
+  if directory.exists():
+    directory.rmtree()
+
+
+def sha256(location) -> str:
+  """The sha256 of a file, read in blocks (shards are tens of MB)."""
+  digest = hashlib.sha256()
+  with path(location).open('rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def check_writable_directory(location, what: str):
+  """Raises OSError (one line: the path and what to do) unless `location` is, or can be created as, a writable
+  directory; for gs://, unless its bucket exists and may be listed (`check_remote`). Writes nothing: runs check
+  this before they validate anything else, and create `location` only after."""
+  if is_remote(location):
+    check_remote(location)
+    return
+  location = os.path.abspath(os.path.expanduser(location))
+  existing = location
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise NotADirectoryError(f'{what} must be a directory, but {existing} is a file: choose another path')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise PermissionError(f'{what} {location} cannot be written ({existing} does not allow it): choose a directory '
+                          'you can write to')
+
+
+def advice(number: int | None) -> str:
+  """What to do about file-system error `number` (an errno), or ''."""
+  return _ADVICE.get(number, '')
+
+
 # gcsfs names the object of a failed request by its API path ('b/BUCKET/o/NAME', URL-quoted, maybe inside a URL).
 _API_PATH = re.compile(r'(?:^|[/\s])b/(?P<bucket>[^/?\s]+)/o(?:/(?P<name>[^?\s]*))?')
 ACCESS_ADVICE = ('grant the account this runs as roles/storage.objectUser on the bucket (roles/storage.objectViewer '
@@ -71,13 +171,17 @@ ACCESS_ADVICE = ('grant the account this runs as roles/storage.objectUser on the
 
 
 def describe(error: Exception, location: str = '') -> str:
-  """One line for a failed file operation: for Cloud Storage, the gs:// object (or `location`, what was asked for)
-  and what to do (a missing object or bucket, no permission, credentials refused); else the error's own message."""
+  """One line for a failed file operation. Cloud Storage: the gs:// object (or `location`, what was asked for) and
+  what to do (a missing object or bucket, no permission, credentials refused). Local: the file, what went wrong
+  and, for the usual causes, what to do."""
   text = str(error.args[0]) if len(error.args) == 1 else (getattr(error, 'strerror', None) or str(error))
   code = getattr(error, 'code', None)  # gcsfs's HttpError: what the API answered, e.g. 401
   match = _API_PATH.search(text)
   if match is None and code is None:
-    return ' '.join(text.split())
+    where = f'{error.filename}: ' if getattr(error, 'filename', None) else ''
+    what_to_do = advice(getattr(error, 'errno', None))
+    message = ' '.join(str(getattr(error, 'strerror', None) or error).split())
+    return f'{where}{message}' + (f' ({what_to_do})' if what_to_do else '')
   where = location or 'Cloud Storage'
   if match and not location:
     where = f'gs://{match["bucket"]}/{urllib.parse.unquote(match["name"] or "")}'.rstrip('/')
@@ -168,7 +272,7 @@ def local_copy(location: str, names: Iterable[str], cache_dir: str) -> str:
                       'mismatch); run the same command again')
       local = os.path.join(local_dir, name)
       os.replace(temporary, local)
-      _write(_stamp_file(local), stamp)
+      write_text(_stamp_file(local), stamp)
   finally:
     for temporary in temporaries:
       if os.path.exists(temporary):
@@ -187,13 +291,6 @@ def _read(local: str) -> str:
       return f.read()
   except FileNotFoundError:
     return ''
-
-
-def _write(local: str, text: str):
-  temporary = f'{local}.tmp-{uuid.uuid4().hex[:8]}'
-  with open(temporary, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(temporary, local)
 
 
 class Staging:
@@ -241,36 +338,3 @@ class Staging:
     if self.remote is not None:
       self.sync()
       shutil.rmtree(self.local)
-
-
-def write_bytes(location, content: bytes):
-  """Writes file `location` whole: a local file under a temporary name renamed over it when complete; a Cloud
-  Storage object directly (it appears only once its upload completes). Either way a reader never sees half a file.
-  """
-  if is_remote(location):
-    path(location).write_bytes(content)
-    return
-  destination = path(location)
-  destination.parent.mkdir(parents=True, exist_ok=True)
-  temporary = destination.parent / f'.{destination.name}.tmp-{uuid.uuid4().hex[:8]}'
-  try:
-    temporary.write_bytes(content)
-    os.replace(temporary, destination)
-  finally:
-    if temporary.exists():
-      temporary.unlink()
-
-
-def write_text(location, text: str):
-  write_bytes(location, text.encode('utf-8'))
-
-
-def write_json(location, value):
-  write_text(location, json.dumps(value, indent=2) + '\n')
-
-
-def rmtree(location):
-  """Removes directory `location` (local or remote) and everything in it, if it exists."""
-  directory = path(location)
-  if directory.exists():
-    directory.rmtree()

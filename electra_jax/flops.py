@@ -10,7 +10,7 @@ Two conventions:
 The MLM heads run only where they are evaluated: at the P selected positions (All-Tokens MLM: every position).
 """
 
-from electra_jax.config import ModelConfig, TowerConfig, TrainConfig
+from electra_jax.config import ConfigError, ModelConfig, TowerConfig, TrainConfig
 
 CONVENTIONS = ('matmul', 'paper')
 # Element-wise FLOPs per element in the 'paper' convention (official flops_computation.py).
@@ -77,7 +77,7 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
     flops += length * (mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
                        + 2 * discriminator.hidden_size)  # + the copy gate
   else:
-    raise ValueError(f'unknown objective {objective!r}')
+    raise ConfigError(f'unknown objective.name {objective!r}: no FLOPs count for it')
   if objective != 'mlm':
     # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
     gen_model = model.generator_model()
@@ -102,6 +102,19 @@ def train_flops_per_step(c: TrainConfig) -> float:
   length = c.data.max_seq_length
   return pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
                                     objective=c.objective.name)
+
+
+def finetuning_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int, num_outputs: int,
+                              convention: str = 'matmul') -> float:
+  """Training FLOPs of one fine-tuning step with a [CLS] head: the discriminator's embeddings and encoder at every
+  token, dense(H -> num_outputs) once per sequence (no generator, no RTD head), forward and backward."""
+  multiplier = 2 if _check(convention) else 3
+  discriminator = model.tower(generator=False)
+  per_sequence = (seq_length * (embedding_flops_per_token(model, seq_length, convention)
+                                + tower_forward_flops_per_token(discriminator, model.embedding_size, seq_length,
+                                                                convention))
+                  + 2 * discriminator.hidden_size * num_outputs)
+  return multiplier * batch_size * per_sequence
 
 
 def inference_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:

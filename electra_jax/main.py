@@ -1,9 +1,10 @@
 """The one entry point: flags and dispatch only.
 
   python -m electra_jax.main --config=configs/tiny.py --workdir=/tmp/electra [--config.train_steps=100]
-  python -m electra_jax.main --mode=finetune --config=configs/finetune.py --config.task=rte \
-      --config.init_checkpoint=/tmp/electra --workdir=/tmp/rte
-  python -m electra_jax.main --mode=predict --config=configs/finetune.py --config.predict_input=FILE --workdir=/tmp/rte
+  python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=/tmp/electra \
+      --workdir=/tmp/rte
+  python -m electra_jax.main --config=configs/finetune.py --config.predict_input=FILE --workdir=/tmp/rte
+  python -m electra_jax.main --config=configs/small.py --show_config   # every key, its value and its comment
 """
 
 from absl import app, flags, logging
@@ -11,23 +12,31 @@ from ml_collections import config_flags
 
 from electra_jax import cli, finetune, sharding, trainer
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'A config file under configs/, e.g. configs/tiny.py.',
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'A config file under configs/, e.g. configs/tiny.py; override any key with '
+    '--config.KEY=VALUE, list them with --show_config.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard events.')
-_MODE = flags.DEFINE_enum('mode', 'pretrain', ['pretrain', 'finetune', 'predict'],
-                          'What to run: pre-train, fine-tune (configs/finetune.py), or predict with a fine-tuned '
-                          'WORKDIR.')
+_MODE = flags.DEFINE_enum('mode', None, ['pretrain', 'finetune', 'predict'],
+                          'What to run. Default: what the config is for: pretrain for a pre-training config, '
+                          'finetune for configs/finetune.py, predict if it sets predict_input (a fine-tuned '
+                          'WORKDIR).')
+_SHOW_CONFIG = flags.DEFINE_bool('show_config', False, 'Print every key of --config (after overrides), its value '
+                                 'and its one-line comment, then exit.')
+RUNS = {'pretrain': trainer.train, 'finetune': finetune.run, 'predict': finetune.predict_main}
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
-  sharding.initialize_distributed()
-  run = {'pretrain': trainer.train, 'finetune': finetune.run, 'predict': finetune.predict_main}[_MODE.value]
-  cli.run(run, _CONFIG.value, _WORKDIR.value)
+  if _SHOW_CONFIG.value:
+    print(cli.show_config(_CONFIG.value, config_flags.get_config_filename(flags.FLAGS['config'])))
+    return
+  mode = cli.run(cli.mode_for, _CONFIG.value, _MODE.value, config_flags.get_config_filename(flags.FLAGS['config']))
+  cli.run(sharding.initialize_distributed)
+  cli.run(RUNS[mode], _CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main, flags_parser=cli.flags_parser('configs/default.py'))
+  flags.mark_flags_as_required(['config'])
+  app.run(main, flags_parser=cli.flags_parser)

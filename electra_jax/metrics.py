@@ -5,6 +5,8 @@ import os
 
 import jax
 
+from electra_jax import fileio
+
 
 def summarize(accumulated) -> dict[str, float]:
   """{name: (sum of numerators, sum of denominators)} -> {name: ratio}, fetched from the device once."""
@@ -18,15 +20,24 @@ def accumulate(total, metrics):
 
 
 class MetricsWriter:
-  """Appends to metrics.jsonl and writes TensorBoard scalars; does nothing on processes other than 0."""
+  """Appends to metrics.jsonl and writes TensorBoard scalars; does nothing on processes other than 0.
 
-  def __init__(self, workdir: str):
+  A run resumed from the checkpoint of step `resumed_at` first drops the lines of later steps (and a line cut
+  short by a crash): those steps are trained again, so the file reads as one uninterrupted run. TensorBoard's
+  `purge_step` does the same for the events.
+  """
+
+  def __init__(self, workdir: str, resumed_at: int = 0):
     self.active = jax.process_index() == 0
+    self.jsonl = self.tensorboard = None
     if not self.active:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    self.jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    path = os.path.join(workdir, 'metrics.jsonl')
+    if os.path.exists(path):
+      _truncate_after(path, resumed_at)
+    self.jsonl = open(path, 'a', encoding='utf-8')
+    self.tensorboard = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resumed_at + 1)
 
   def write(self, step: int, scalars: dict[str, float]):
     if not self.active:
@@ -38,6 +49,25 @@ class MetricsWriter:
     self.tensorboard.flush()
 
   def close(self):
-    if self.active:
-      self.jsonl.close()
-      self.tensorboard.close()
+    """Closes the files (again: a no-op)."""
+    if self.jsonl is not None:
+      jsonl, self.jsonl = self.jsonl, None
+      jsonl.close()
+    if self.tensorboard is not None:
+      tensorboard, self.tensorboard = self.tensorboard, None
+      tensorboard.close()
+
+
+def _truncate_after(path: str, step: int):
+  """Rewrites metrics.jsonl `path` without the lines of steps after `step` and without an incomplete last line."""
+  with open(path, encoding='utf-8', errors='replace') as f:
+    lines = f.readlines()
+  kept = []
+  for line in lines:
+    try:
+      if line.endswith('\n') and json.loads(line)['step'] <= step:
+        kept.append(line)
+    except (ValueError, KeyError, TypeError):  # a line cut short: not a record
+      pass
+  if len(kept) < len(lines):
+    fileio.write_text(path, ''.join(kept))

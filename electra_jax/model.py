@@ -192,14 +192,41 @@ class Encoder(nn.Module):
     The layers see the tokens as one [batch * length, hidden] matrix: the same math, but XLA:CPU runs the
     backward pass of 2-D matmuls about twice as fast as that of [batch, length, hidden] ones. Its first axis is
     named 'batch': the rows of one sequence stay together, so it splits over devices as the batch does.
+
+    With `config.scan_layers` one `nn.scan` runs the layers, whose parameters are stacked in `layers` ([num_layers,
+    ...] arrays, see `unstack_layers`): the compiler sees one layer instead of num_layers copies. Each layer then
+    draws its dropout from its own split of the key, not from its name, so only dropout differs from the
+    unrolled stack.
     """
     rows = _rows(rows, input_mask)
     attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
     block = nn.remat(Layer, static_argnums=(3,)) if self.config.remat else Layer
     h = constrain(x.reshape(-1, x.shape[-1]), ('batch', 'embed'))
-    for i in range(self.tower.num_layers):
-      h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
+    if self.config.scan_layers:
+      step = lambda layer, carry, bias, r: (layer(carry, bias, deterministic, r), None)
+      scanned = nn.scan(step, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
+                        in_axes=(nn.broadcast, nn.broadcast), length=self.tower.num_layers,
+                        metadata_params={nn.PARTITION_NAME: None})
+      h, _ = scanned(block(self.config, self.tower, name='layers'), h, attention_bias, rows)
+    else:
+      for i in range(self.tower.num_layers):
+        h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
     return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)), ('batch', 'length', 'embed'))
+
+
+def unstack_layers(params):
+  """`params` of a `model.scan_layers` model in the unrolled layout: each encoder's `layers` subtree, whose arrays
+  are stacked along a leading [num_layers] axis, becomes `layer_0` ... `layer_{n-1}`. Unrolled params pass through.
+
+  The unrolled layout is the one fine-tuning (layer-wise learning rates), the converters and `detect` work with.
+  """
+  if not isinstance(params, dict):
+    return params
+  if 'layers' in params:  # an encoder
+    stacked = params['layers']
+    return {f'layer_{i}': jax.tree.map(lambda x, i=i: x[i], stacked)
+            for i in range(jax.tree.leaves(stacked)[0].shape[0])}
+  return {name: unstack_layers(value) for name, value in params.items()}
 
 
 class _Tower(nn.Module):

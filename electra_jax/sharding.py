@@ -11,7 +11,6 @@ first, so the 'embed' of an activation stays whole while the 'embed' of a parame
 """
 
 import contextlib
-import dataclasses
 import os
 from typing import Any
 
@@ -21,24 +20,9 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from electra_jax.config import ConfigError
+from electra_jax.config import AXES, ConfigError, MeshConfig
 
-AXES = ('data', 'fsdp', 'tensor')
 BATCH = ('batch', 'length')  # logical axes of every [batch, length] input array
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshConfig:
-  shape: tuple = (-1, 1, 1)
-  rules: tuple = ()
-
-  def __post_init__(self):
-    object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
-    object.__setattr__(self, 'rules', tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                                            for name, axes in self.rules))
-    if len(self.shape) != len(AXES) or list(self.shape).count(-1) > 1:
-      raise ConfigError(f'mesh.shape must have {len(AXES)} entries for {AXES} with at most one -1, '
-                        f'got {self.shape}')
 
 
 def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:

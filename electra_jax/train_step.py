@@ -22,6 +22,11 @@ from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra
 
 
+# The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
+# a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
+ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+
 @flax.struct.dataclass
 class TrainState:
   step: jax.Array  # int32 scalar: optimiser steps taken so far
@@ -149,8 +154,8 @@ class Pretraining:
     c = self.config
     self.model = objective.get(c.objective.name).model(c.model)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
-    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
-        self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))
+    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
+                                                      jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, grad_accum_steps=c.grad_accum_steps)
@@ -181,8 +186,7 @@ class Pretraining:
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
-    shapes = jax.eval_shape(lambda r: nn.meta.unbox(self._init_boxed(r)),
-                            jax.random.key_data(jax.random.PRNGKey(0)))
+    shapes = jax.eval_shape(lambda r: nn.meta.unbox(self._init_boxed(r)), ABSTRACT_KEY)
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         shapes, self.state_shardings)
 
@@ -196,4 +200,5 @@ class Pretraining:
     sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step.lower(self.abstract_state(), self.abstract_batch(),
-                              jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(self.mesh)))
+                              jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype,
+                                                   sharding=sharding.replicated(self.mesh)))

@@ -4,6 +4,7 @@ Outputs under WORKDIR: config.json, the tokenizer (tokenizer.model or vocab.txt,
 metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -12,11 +13,10 @@ import sys
 import time
 
 import jax
-from absl import logging
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import data, flops, metrics as metrics_lib, sharding
+from electra_jax import data, fileio, flops, metrics as metrics_lib, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.train_step import Pretraining
 
@@ -51,6 +51,7 @@ class _StopSignal:
 
 
 def _check_resume_config(workdir: str, config_dict: dict):
+  """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     return
@@ -68,37 +69,42 @@ def _check_resume_config(workdir: str, config_dict: dict):
 def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, float]:
   """Pre-trains (or resumes) to `config.train_steps`; returns the last logged metrics.
 
-  `stop_after` ends this invocation after that many steps, as a preemption would (tests use it).
+  Everything the command line says is checked before anything is written to `workdir`: a refused or corrected
+  command finds the workdir as it was. config.json is written only when steps are about to run, so it always
+  describes the run that trained. `stop_after` ends this invocation after that many steps, as a preemption
+  would (tests use it).
   """
   config_dict = config.to_dict()
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
-  _check_resume_config(workdir, config_dict)
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  fileio.check_writable_directory(workdir, '--workdir')
   data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
   tokenizer = data.load_tokenizer(data_config)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
   if c.model.vocab_size != tokenizer.vocab_size:
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
-  examples = data.load_examples(data_config, tokenizer, seed=c.seed)
-
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
-      json.dump(config_dict, f, indent=2)
-    tokenizer.save(workdir)
-
   mesh = sharding.make_mesh(c.mesh)
+  sharding.check_batch(mesh, c.mesh.rules, c.batch_size, c.grad_accum_steps)
   run = Pretraining(c, tokenizer.special, mesh)
+  examples = data.load_examples(data_config, tokenizer, seed=c.seed)
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
+  if os.path.isdir(os.path.join(workdir, 'checkpoints')):
+    _check_resume_config(workdir, config_dict)
+
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
-  latest = checkpointer.latest_step()
-  if latest is None:
-    state = run.init_state(jax.random.PRNGKey(c.seed))
-  else:
-    state, data_state = checkpointer.restore(latest, run.abstract_state())
-    batches.set_state(data_state)
-    logging.info('resumed from %s/%d', checkpointer.directory, latest)
+  try:
+    restored = checkpointer.restore_latest(run.abstract_state())
+    if restored is None:
+      state = run.init_state(jax.random.PRNGKey(c.seed))
+    else:
+      latest, state, data_state = restored
+      batches.set_state(data_state)
+      if jax.process_index() == 0:
+        print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
+  except BaseException:
+    checkpointer.close()
+    raise
   start = int(state.step)
   if start >= c.train_steps:
     print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
@@ -106,13 +112,16 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     checkpointer.close()
     return {}
 
+  if jax.process_index() == 0:
+    fileio.write_json(os.path.join(workdir, 'config.json'), config_dict)
+    tokenizer.save(workdir)
   step_flops = flops.train_flops_per_step(c)
   if jax.process_index() == 0:
     print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
   accumulate = jax.jit(metrics_lib.accumulate)
-  writer = metrics_lib.MetricsWriter(workdir)
+  writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   progress = tqdm.tqdm(total=c.train_steps, initial=start, desc='pre-training', unit='step', dynamic_ncols=True,
                        disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
@@ -144,12 +153,19 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           _check_finite(previous, step)
           checkpointer.save(step, state, batches.get_state())
         if stop.received:
+          checkpointer.wait()
           progress.write(f'{stop.received} received: checkpoint saved at step {step} in {checkpointer.directory}; '
                          'run the same command again to resume.')
           break
+    checkpointer.wait()
+    writer.close()
+  except OSError as e:  # metrics.jsonl or the TensorBoard events: the checkpoints are written apart from them
+    raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
+                        'resumes from the newest one') from None
   finally:
     progress.close()
-    writer.close()
+    with contextlib.suppress(OSError):  # already reported above, if it failed
+      writer.close()
     checkpointer.close()
   return last
 

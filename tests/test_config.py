@@ -3,6 +3,8 @@
 import glob
 import importlib
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,7 +13,8 @@ from electra_jax import sharding
 from configs import default
 from conftest import override  # pylint: disable=g-bad-import-order
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(REPO, 'configs')
 FINETUNE_CONFIGS = ('finetune',)  # read by electra_jax.finetune.config, not the pre-training config
 CONFIG_NAMES = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(CONFIG_DIR, '*.py'))
                       if not f.endswith('__init__.py') and os.path.basename(f)[:-3] not in FINETUNE_CONFIGS)
@@ -156,3 +159,26 @@ def test_variant_errors(overrides, message):
 ])
 def test_variants_load(overrides):
   config_lib.load(_values(**overrides), vocab_size=100)
+
+
+def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
+  """model.dtype='auto' (the default): one config runs bf16 on a TPU pod and float32 on a laptop."""
+  assert [config_lib.compute_dtype('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['bfloat16', 'bfloat16', 'float32']
+  assert config_lib.compute_dtype('float32', 'tpu') == 'float32'
+  assert config_lib.compute_dtype('bfloat16', 'cpu') == 'bfloat16'
+  # The tests run on the CPU backend: 'auto' resolves to float32 when the config is loaded.
+  assert default.get_config().model.dtype == 'auto'
+  assert config_lib.load(default.get_config(), vocab_size=100).model.dtype == 'float32'
+
+
+def test_config_module_imports_nothing_above_it():
+  """config.py is the bottom of the package: the modules that use its dataclasses (objective, sharding, model,
+  ...) must not be imported by it, or an import cycle hides behind a deferred import."""
+  code = ('import sys; from electra_jax import config; config.load({}, vocab_size=8); '
+          'print(" ".join(sys.modules))')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO)
+  imported = set(result.stdout.split())
+  assert 'electra_jax.config' in imported
+  assert not imported & {'electra_jax.objective', 'electra_jax.sharding', 'electra_jax.model',
+                         'electra_jax.train_step', 'electra_jax.checkpoint', 'electra_jax.trainer'}

@@ -79,7 +79,9 @@ def test_long_text_is_cut_to_the_position_table(own_run):
   assert len(rows) == MODEL['max_position_embeddings'] and rows[-1]['token'] == '[SEP]'
 
 
-def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys):
+# Google's and older transformers' model directories hold vocab.txt; transformers 5 saves tokenizer.json only.
+@pytest.mark.parametrize('tokenizer_file', ['vocab.txt', 'tokenizer.json'])
+def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys, tokenizer_file):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
   from electra_jax import convert  # pylint: disable=g-import-not-at-top
@@ -93,8 +95,12 @@ def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys):
   gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
   disc.save_pretrained(tmp_path / 'disc')
   gen.save_pretrained(tmp_path / 'gen')
-  (tmp_path / 'disc' / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
-  (tmp_path / 'disc' / 'tokenizer_config.json').write_text(json.dumps({'do_lower_case': True}))
+  if tokenizer_file == 'vocab.txt':
+    (tmp_path / 'disc' / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+    (tmp_path / 'disc' / 'tokenizer_config.json').write_text(json.dumps({'do_lower_case': True}))
+  else:
+    transformers.ElectraTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}).save_pretrained(tmp_path / 'disc')
+    assert {'tokenizer.json', 'vocab.txt'} & set(os.listdir(tmp_path / 'disc')) == {'tokenizer.json'}
   convert.import_hf(str(tmp_path / 'disc'), str(tmp_path / 'run'), generator_dir=str(tmp_path / 'gen'))
 
   detect.main(['--checkpoint', str(tmp_path / 'run'), '--json', 'The chef ate the meals!'])
@@ -106,6 +112,9 @@ def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys):
   with torch.no_grad():
     expected = torch.sigmoid(disc(**encoded).logits[0]).numpy()
   np.testing.assert_allclose([r['p_replaced'] for r in rows], expected, atol=1e-5)
+  # Fine-tuning reads the imported workdir's tokenizer the same way.
+  assert data.tokenizer.load(str(tmp_path / 'run')).encode(['The chef ate the meals!'])[0] == (
+      encoded['input_ids'][0, 1:-1].tolist())
 
 
 def test_workdir_without_tokenizer_is_one_clear_error(own_run, tmp_path, capsys):
@@ -120,4 +129,4 @@ def test_workdir_without_tokenizer_is_one_clear_error(own_run, tmp_path, capsys)
   with pytest.raises(SystemExit) as exit_info:
     detect.main(['--checkpoint', workdir, 'the cat'])
   assert exit_info.value.code == 1
-  assert 'holds no tokenizer (tokenizer.model or vocab.txt)' in capsys.readouterr().err
+  assert 'holds no tokenizer (tokenizer.model, vocab.txt or tokenizer.json)' in capsys.readouterr().err

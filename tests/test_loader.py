@@ -76,6 +76,18 @@ def test_processes_partition_each_global_batch(examples, process_count):
     assert sorted(sum(shares, [])) == sorted(expected)
 
 
+def test_resuming_on_other_examples_of_the_same_number_is_refused(examples):
+  """A checkpoint records the examples' fingerprint: a corpus edited (or a dataset rebuilt) since, even into as
+  many examples, is refused rather than resumed at a position that now means other batches."""
+  state = json.loads(json.dumps(BatchIterator(examples, SPECIAL, batch_size=8, seed=0).get_state()))
+  edited = InMemoryExamples(examples.input_ids.copy(), examples.segment_ids)
+  edited.input_ids[5, 1] += 1000
+  BatchIterator(InMemoryExamples(examples.input_ids.copy(), examples.segment_ids), SPECIAL, batch_size=8,
+                seed=0).set_state(state)  # the same examples: accepted
+  with pytest.raises(DataError, match='other examples than data.source now gives'):
+    BatchIterator(edited, SPECIAL, batch_size=8, seed=0).set_state(state)
+
+
 def test_bad_states_and_sizes(examples):
   iterator = BatchIterator(examples, SPECIAL, batch_size=8, seed=0)
   with pytest.raises(DataError, match='older loader'):

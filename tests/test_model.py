@@ -1,5 +1,6 @@
 """The ELECTRA model: tied embeddings, tower sizes, exact GELU, LayerNorm eps, init, padding and dropout."""
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -156,6 +157,25 @@ def test_matches_numpy_reference(embedding_size, fraction, tying):
   gen_logits, disc_logits = map(np.asarray, _forward(config)(params, ids, segments, mask, positions))
   for row, n in enumerate((16, 11)):
     ref_gen, ref_disc = np_electra(params, ids[row, :n], segments[row, :n], positions[row], config)
+    np.testing.assert_allclose(disc_logits[row, :n], ref_disc, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gen_logits[row], ref_gen, rtol=1e-4, atol=1e-4)
+
+
+def test_scanned_layers_are_the_unrolled_stack():
+  """model.scan_layers: the layers' parameters stacked [num_layers, ...] under encoder/layers and run by one
+  nn.scan give the numpy reference's logits; unstack_layers turns them into the unrolled tree, leaf for leaf."""
+  config = dataclasses.replace(CONFIG, scan_layers=True)
+  stacked = _random_params(config, seed=2)
+  assert stacked['discriminator']['encoder']['layers']['attention']['self']['query']['kernel'].shape == (2, H, H)
+  unrolled = model_lib.unstack_layers(stacked)
+  shapes = lambda tree: {path: leaf.shape for path, leaf in _paths(tree).items()}
+  assert shapes(unrolled) == shapes(_random_params(CONFIG))
+  np.testing.assert_array_equal(unrolled['generator']['encoder']['layer_1']['output']['dense']['kernel'],
+                                stacked['generator']['encoder']['layers']['output']['dense']['kernel'][1])
+  ids, segments, mask, positions = _inputs(lengths=(16, 11))
+  gen_logits, disc_logits = map(np.asarray, _forward(config)(stacked, ids, segments, mask, positions))
+  for row, n in enumerate((16, 11)):
+    ref_gen, ref_disc = np_electra(unrolled, ids[row, :n], segments[row, :n], positions[row], CONFIG)
     np.testing.assert_allclose(disc_logits[row, :n], ref_disc, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(gen_logits[row], ref_gen, rtol=1e-4, atol=1e-4)
 

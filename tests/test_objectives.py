@@ -135,8 +135,8 @@ def test_registry():
   assert ObjectiveConfig().name == 'electra'
   with pytest.raises(config_lib.ConfigError, match='all_tokens_mlm'):
     objective.get('bert')
-  with pytest.raises(config_lib.ConfigError, match='unknown objective.name'):
-    config_lib.load({'objective': {'name': 'bert'}}, vocab_size=8)
+  # config.load leaves the name to the registry (config.py sits below objective.py); the trainer looks the
+  # objective up before it writes or compiles anything (tests/test_faults.py runs that through the CLI).
   assert config_lib.load({'objective': {'name': 'mlm'}}, vocab_size=8).objective.name == 'mlm'
 
 

@@ -1,7 +1,11 @@
 """Tokenizers: SentencePiece and WordPiece round trips, special ids, save/load, bad vocabularies."""
 
+import os
 import pickle
+import stat
 
+import hypothesis
+from hypothesis import strategies as st
 import pytest
 
 from electra_jax.data import DataError, corpus
@@ -79,3 +83,82 @@ def test_bad_tokenizer_paths(tmp_path):
     tokenizer_lib.load(str(tmp_path))
   with pytest.raises(DataError, match='unknown tokenizer type'):
     tokenizer_lib.train(['a b'], str(tmp_path / 't'), vocab_size=10, kind='char')
+
+
+def _tokenizer_json(path, model):
+  """A Hugging Face tokenizer.json with `model` (the `tokenizers` library's own serialisation)."""
+  from tokenizers import Tokenizer, normalizers  # pylint: disable=g-import-not-at-top
+  tokenizer = Tokenizer(model)
+  tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+  tokenizer.save(str(path))
+  return str(path)
+
+
+def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
+  """transformers 5 saves a fast tokenizer as tokenizer.json only: the same WordPiece vocabulary, the same ids,
+  and the casing its normaliser records (here cased)."""
+  from tokenizers.models import WordPiece  # pylint: disable=g-import-not-at-top
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'The', 'cat', '##s', 'sat', '.']
+  json_file = _tokenizer_json(tmp_path / 'tokenizer.json',
+                              WordPiece({t: i for i, t in enumerate(tokens)}, unk_token='[UNK]'))
+  from_json = tokenizer_lib.load(json_file)
+  from_txt = tokenizer_lib.load(_write_vocab(tmp_path / 'vocab.txt', tokens), lowercase=False)
+  assert from_json.lowercase is False and from_json.vocab_size == len(tokens) == from_txt.vocab_size
+  text = ['The cats sat.', 'the Dog sat']
+  assert from_json.encode(text) == from_txt.encode(text) == [[6, 7, 8, 9, 10], [5, 1, 9]]
+  saved = tmp_path / 'saved'
+  from_json.save(str(saved))  # a workdir keeps the tokenizer.json and reads it back
+  assert sorted(p.name for p in saved.iterdir()) == ['electra_tokenizer.json', 'tokenizer.json']
+  assert tokenizer_lib.load(str(saved)).encode(text) == from_json.encode(text)
+  assert pickle.loads(pickle.dumps(from_json)).encode(text) == from_json.encode(text)
+
+
+def test_tokenizer_json_that_is_not_wordpiece_is_one_clear_error(tmp_path):
+  from tokenizers.models import BPE  # pylint: disable=g-import-not-at-top
+  path = _tokenizer_json(tmp_path / 'tokenizer.json', BPE({'a': 0, 'b': 1, 'ab': 2}, [('a', 'b')]))
+  with pytest.raises(DataError, match='holds a BPE tokenizer, not WordPiece'):
+    tokenizer_lib.load(str(tmp_path))
+  (tmp_path / 'tokenizer.json').write_text('{"model": ')
+  with pytest.raises(DataError, match='not a Hugging Face tokenizer.json'):
+    tokenizer_lib.load(path)
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o002])
+def test_saved_files_follow_the_umask(lines, tmp_path, umask):
+  """Files are written under a temporary name and renamed; they still get 0666 minus the umask, as open() gives
+  (Python's tempfile would give 0600)."""
+  tokenizer = tokenizer_lib.train(lines, str(tmp_path / 'trained'), vocab_size=64, kind='wordpiece')
+  previous = os.umask(umask)
+  try:
+    tokenizer.save(str(tmp_path / 'saved'))
+  finally:
+    os.umask(previous)
+  for name in ('vocab.txt', tokenizer_lib.CONFIG_FILE):
+    assert stat.S_IMODE(os.stat(tmp_path / 'saved' / name).st_mode) == 0o666 & ~umask
+
+
+# Text the tokenizers meet in real corpora and in user input: any unicode (control characters, surrogates
+# excluded as they cannot be UTF-8 text), empty lines, and lines far longer than any example.
+_TEXT = st.text(st.characters(exclude_categories=('Cs',)), max_size=200)
+_LINES = st.lists(st.one_of(_TEXT, st.just(''), st.builds(lambda t, n: t * n, _TEXT, st.integers(50, 400))),
+                  max_size=8)
+
+
+@pytest.fixture(scope='module')
+def trained(lines, tmp_path_factory):
+  directory = tmp_path_factory.mktemp('property')
+  return [tokenizer_lib.train(lines, str(directory / kind), vocab_size=64, kind=kind) for kind in
+          ('unigram', 'wordpiece')]
+
+
+@hypothesis.settings(max_examples=60, deadline=None, derandomize=True,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(_LINES)
+def test_any_text_encodes_to_ids_in_range(trained, batch):
+  for tokenizer in trained:
+    ids = tokenizer.encode(batch)
+    assert len(ids) == len(batch)
+    for line, line_ids in zip(batch, ids):
+      assert all(0 <= i < tokenizer.vocab_size for i in line_ids)
+      assert bool(line_ids) <= bool(line.strip())  # nothing from an empty or blank line
+    tokenizer.decode([i for line_ids in ids for i in line_ids])

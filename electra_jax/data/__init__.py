@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 
 import numpy as np
 
@@ -126,8 +125,7 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                                            cached['segment_ids'].astype(np.int32))
   examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix='.npz', delete=False) as f:
+  with fileio.atomic_writer(path) as f:
     np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),
              segment_ids=examples.segment_ids.astype(np.uint8))
-  os.replace(f.name, path)
   return examples

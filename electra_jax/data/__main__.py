@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from electra_jax import data
+from electra_jax import data, fileio
 from electra_jax.data import build as build_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -83,6 +83,8 @@ def inspect(args):
   for row, ids, segments in zip(rows, input_ids, segment_ids):
     print(_describe(tokenizer, int(row), ids, segments, pieces=args.pieces))
   if isinstance(examples, examples_lib.ArrayRecordExamples):
+    examples.verify()
+    print(f'checksums: the {len(examples.metadata["shards"])} shard(s) are as built')
     stats = examples.metadata['statistics']
   else:
     stats = examples_lib.statistics(examples, tokenizer.special)
@@ -156,6 +158,9 @@ def main(argv=None):
     args.function(args)
   except data.DataError as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except OSError as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 
 

@@ -4,14 +4,16 @@ Both give `len()` and `read(indices) -> (input_ids, segment_ids)`, each [len(ind
 all the loader needs, so a built directory and the in-memory path yield the same batches for the same examples.
 
 A built directory holds examples-NNNNN.array_record shards (written with group_size:1 for fast random reads), the
-tokenizer they were made with (see `Tokenizer.save`) and electra_data.json: the format, max_seq_length, shard
-sizes, the tokenizer's fingerprint and corpus statistics. One record is input_ids (uint16, or int32 for a vocabulary
-over 65536) followed by segment_ids (uint8), max_seq_length of each.
+tokenizer they were made with (see `Tokenizer.save`) and electra_data.json: the format, max_seq_length, each
+shard's example count, size in bytes and sha256, the tokenizer's fingerprint and corpus statistics. A shard whose
+size changed is refused when the directory is opened; `verify()` checks the checksums. One record is input_ids
+(uint16, or int32 for a vocabulary over 65536) followed by segment_ids (uint8), max_seq_length of each.
 """
 
+import functools
+import hashlib
 import json
 import os
-import tempfile
 from typing import Iterable
 
 import numpy as np
@@ -44,9 +46,7 @@ def read_metadata(directory: str) -> dict:
 
 
 def write_metadata(directory: str, metadata: dict):
-  with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
-    json.dump(metadata, f, indent=2)
-  os.replace(f.name, os.path.join(directory, METADATA))
+  fileio.write_json(os.path.join(directory, METADATA), metadata)
 
 
 class InMemoryExamples:
@@ -55,6 +55,14 @@ class InMemoryExamples:
   def __init__(self, input_ids: np.ndarray, segment_ids: np.ndarray):
     self.input_ids, self.segment_ids = input_ids, segment_ids
     self.max_length = input_ids.shape[1]
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """sha256 of the examples: a checkpoint records it, so resuming on other examples is refused."""
+    digest = hashlib.sha256()
+    for array in (self.input_ids, self.segment_ids):
+      digest.update(np.ascontiguousarray(array, np.int32).tobytes())
+    return digest.hexdigest()
 
   def __len__(self) -> int:
     return len(self.input_ids)
@@ -77,6 +85,9 @@ class ArrayRecordExamples:
       path = os.path.join(self.directory, shard['file'])
       if not os.path.exists(path):
         raise DataError(f'{path} is missing: the built dataset {self.directory} is incomplete; rebuild it')
+      if 'bytes' in shard and os.path.getsize(path) != shard['bytes']:
+        raise DataError(f'{path} has {os.path.getsize(path)} bytes, {shard["bytes"]} when it was built: the built '
+                        f'dataset {self.directory} changed or is damaged; rebuild it')
       reader = array_record_module.ArrayRecordReader(path, 'readahead_buffer_size:0')
       if reader.num_records() != shard['examples']:
         raise DataError(f'{path} holds {reader.num_records()} examples, {shard["examples"]} expected: the built '
@@ -84,9 +95,21 @@ class ArrayRecordExamples:
       self.readers.append(reader)
       sizes.append(shard['examples'])
     self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    self.record_bytes = self.max_length * (self.ids_dtype.itemsize + 1)
+    # What the examples are: the shards' checksums (counts and names for older builds) and how they were made.
+    self.fingerprint = hashlib.sha256(json.dumps(
+        [self.metadata['shards'], self.metadata['tokenizer']['fingerprint'], self.max_length]).encode()).hexdigest()
 
   def __len__(self) -> int:
     return int(self.starts[-1])
+
+  def verify(self):
+    """Raises DataError unless every shard's sha256 is the one recorded when it was built (reads them all)."""
+    for shard in self.metadata['shards']:
+      path = os.path.join(self.directory, shard['file'])
+      if 'sha256' in shard and fileio.sha256(path) != shard['sha256']:
+        raise DataError(f'{path} is not the file that was built (its sha256 differs): the built dataset '
+                        f'{self.directory} changed or is damaged; rebuild it')
 
   def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     indices = np.asarray(indices, np.int64)
@@ -95,7 +118,16 @@ class ArrayRecordExamples:
     for shard in np.unique(shards):
       rows = np.flatnonzero(shards == shard)
       positions = (indices[rows] - self.starts[shard]).tolist()
-      for row, record in zip(rows, self.readers[shard].read(positions)):
+      try:
+        read = self.readers[shard].read(positions)
+      except Exception as e:  # array_record raises RuntimeError and others for a damaged file
+        raise DataError(f'reading {self.metadata["shards"][shard]["file"]} in {self.directory} failed ({e}): the '
+                        'built dataset changed or was damaged while in use; restore or rebuild it') from None
+      for row, record in zip(rows, read):
+        if len(record) != self.record_bytes:  # a shard truncated or rewritten while we read it
+          raise DataError(f'{self.metadata["shards"][shard]["file"]} in {self.directory} returned a record of '
+                          f'{len(record)} bytes, not {self.record_bytes}: the built dataset changed or was damaged '
+                          'while in use. Restore it (or rebuild it and start a new --workdir)')
         records[row] = record
     return decode_records(records, self.max_length, self.ids_dtype)
 
@@ -145,6 +177,8 @@ class ShardWriter:
     if self._writer is not None:
       self._writer.close()
       self._writer = None
+      path = os.path.join(self.directory, self.shards[-1]['file'])
+      self.shards[-1].update(bytes=os.path.getsize(path), sha256=fileio.sha256(path))
 
   def close(self) -> list[dict]:
     self._close_shard()

@@ -4,9 +4,9 @@ The example order is grain's `MapDataset.range(N).shuffle(seed).repeat()`: a new
 seeds it with seed + epoch), the stream running on across epoch ends so no example is dropped. Global batch b is
 elements [b*B, (b+1)*B) of that stream; process p of P takes elements p, p+P, ... (`ds[p::P]`), so the local
 batches of the processes partition each global batch and each process reads only its own rows. The iterator state
-saved with every checkpoint is grain's ({'next_index': batches consumed}) plus the number of examples as a check,
-so a resumed run sees exactly the batches an uninterrupted one would. In-memory and on-disk examples (examples.py)
-go through the same pipeline: the same examples and seed give the same batches.
+saved with every checkpoint is grain's ({'next_index': batches consumed}) plus the number and a fingerprint of the
+examples as a check, so a resumed run sees exactly the batches an uninterrupted one would, or is refused. In-memory
+and on-disk examples (examples.py) go through the same pipeline: the same examples and seed give the same batches.
 """
 
 import hashlib
@@ -34,9 +34,9 @@ class BatchIterator:
     # grain imports jax and orbax (seconds): only the trainer's process needs it, not the CLI or packing workers.
     import grain  # pylint: disable=g-import-not-at-top
     if batch_size % process_count:
-      raise ValueError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
+      raise DataError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
     if len(examples) < batch_size:
-      raise ValueError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
+      raise DataError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
                        'give more text or lower batch_size')
     self.examples, self.special = examples, special
     self.batch_size, self.seed = batch_size, seed
@@ -61,8 +61,9 @@ class BatchIterator:
     return next(self._iterator)
 
   def get_state(self) -> dict:
-    """JSON-serialisable position: grain's iterator state and the number of examples."""
-    return {'grain': self._iterator.get_state(), 'num_examples': len(self.examples)}
+    """JSON-serialisable position: grain's iterator state, and the number and fingerprint of the examples."""
+    return {'grain': self._iterator.get_state(), 'num_examples': len(self.examples),
+            'examples': self.examples.fingerprint}
 
   def set_state(self, state: dict):
     if 'grain' not in state:
@@ -72,4 +73,7 @@ class BatchIterator:
       raise DataError(f'the checkpoint was written while data.source packed into {state["num_examples"]} examples, '
                       f'but it now packs into {len(self.examples)}: the corpus changed. Restore it, or start a '
                       'new --workdir')
+    if state.get('examples', self.examples.fingerprint) != self.examples.fingerprint:  # older checkpoints lack it
+      raise DataError('the checkpoint was written on other examples than data.source now gives (its text or the '
+                      'built dataset changed, though not its size). Restore it, or start a new --workdir')
     self._iterator.set_state(state['grain'])

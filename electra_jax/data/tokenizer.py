@@ -12,15 +12,16 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import tempfile
 from typing import Iterable, Sequence
 
+from electra_jax import fileio
 from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
+HF_TOKENIZER_FILE = 'tokenizer.json'  # what transformers 5 saves a fast tokenizer as (no vocab.txt)
 TYPES = ('unigram', 'bpe', 'wordpiece')
 
 
@@ -75,22 +76,14 @@ class Tokenizer:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, self.file_name)
     if os.path.abspath(path) != os.path.abspath(self.model_file):
-      _atomic_copy(self.model_file, path)
-    config = {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase}
-    with tempfile.NamedTemporaryFile('w', dir=directory, suffix='.tmp', delete=False) as f:
-      json.dump(config, f, indent=2)
-    os.replace(f.name, os.path.join(directory, CONFIG_FILE))
+      fileio.copy(self.model_file, path)
+    fileio.write_json(os.path.join(directory, CONFIG_FILE),
+                      {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase})
     return path
 
   def __reduce__(self):
     # Worker processes rebuild the tokenizer from its file rather than pickling library objects.
     return type(self), (self.model_file, self.lowercase, self.num_threads)
-
-
-def _atomic_copy(source: str, destination: str):
-  tmp = f'{destination}.tmp{os.getpid()}'
-  shutil.copyfile(source, tmp)
-  os.replace(tmp, destination)
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -126,9 +119,11 @@ class SentencePieceTokenizer(Tokenizer):
 
 
 class WordPieceTokenizer(Tokenizer):
-  """A BERT vocab.txt (one token per line, '##' continuations) with BERT's normaliser and pre-tokenizer.
+  """A BERT WordPiece vocabulary ('##' continuations) with BERT's normaliser and pre-tokenizer.
 
-  With `lowercase`, accents are stripped too, as BERT's uncased models do.
+  Read from a vocab.txt (one token per line, as Google and older transformers save it) or from the WordPiece
+  model inside a Hugging Face tokenizer.json (what transformers 5 saves instead). With `lowercase`, accents are
+  stripped too, as BERT's uncased models do.
   """
   kind = 'wordpiece'
   file_name = 'vocab.txt'
@@ -137,11 +132,16 @@ class WordPieceTokenizer(Tokenizer):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
     self.num_threads = num_threads
-    vocab = _read_vocab(model_file)
+    options = {}
+    if model_file.endswith('.json'):
+      self.file_name = HF_TOKENIZER_FILE
+      vocab, options = _read_tokenizer_json(model_file)
+    else:
+      vocab = _read_vocab(model_file)
     # BertWordPieceTokenizer would silently append missing special tokens: check them first.
     self.special = _special_ids(vocab, model_file)
     self.model_file, self.lowercase = model_file, lowercase
-    self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=lowercase)
+    self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=lowercase, **options)
     self._vocab_size = len(vocab)
 
   @property
@@ -173,10 +173,42 @@ def _read_vocab(path: str) -> dict[str, int]:
   return vocab
 
 
-def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tokenizer:
-  """Reads a tokenizer: a SentencePiece .model, a WordPiece vocab.txt, or a directory `Tokenizer.save` wrote.
+def _read_tokenizer_json(path: str) -> tuple[dict[str, int], dict]:
+  """The WordPiece vocabulary of a Hugging Face tokenizer.json, and BertWordPieceTokenizer's options for it."""
+  model = _read_json_object(path).get('model')
+  if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
+    kind = model.get('type') if isinstance(model, dict) else None
+    raise DataError(f'{path!r} holds a {kind or "unknown"} tokenizer, not WordPiece; electra_jax reads WordPiece '
+                    'tokenizer.json files (BERT, ELECTRA), WordPiece vocab.txt and SentencePiece .model files')
+  vocab = model['vocab']
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise DataError(f'{path!r}: the WordPiece vocabulary\'s ids are not 0..{len(vocab) - 1}')
+  return vocab, {'unk_token': model.get('unk_token', '[UNK]'),
+                 'wordpieces_prefix': model.get('continuing_subword_prefix', '##')}
 
-  `lowercase` None takes the casing saved in the directory (uncased when there is none).
+
+def _json_lowercase(path: str) -> bool:
+  """Whether a tokenizer.json lower-cases (its BertNormalizer's setting; True if it has none)."""
+  normalizer = _read_json_object(path).get('normalizer')
+  return bool(normalizer.get('lowercase', True)) if isinstance(normalizer, dict) else True
+
+
+def _read_json_object(path: str) -> dict:
+  try:
+    with open(path, encoding='utf-8') as f:
+      spec = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    spec = None
+  if not isinstance(spec, dict):
+    raise DataError(f'{path!r} is not a Hugging Face tokenizer.json (not a JSON object)')
+  return spec
+
+
+def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tokenizer:
+  """Reads a tokenizer: a SentencePiece .model, a WordPiece vocab.txt or Hugging Face tokenizer.json, or a
+  directory holding one (`Tokenizer.save` writes such a directory).
+
+  `lowercase` None takes the casing saved with the tokenizer (uncased when nothing says).
   """
   path = os.path.expanduser(path)
   if os.path.isdir(path):
@@ -190,15 +222,18 @@ def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tok
       kind, file = SentencePieceTokenizer.kind, os.path.join(path, SentencePieceTokenizer.file_name)
     elif os.path.exists(os.path.join(path, WordPieceTokenizer.file_name)):
       kind, file = WordPieceTokenizer.kind, os.path.join(path, WordPieceTokenizer.file_name)
+    elif os.path.exists(os.path.join(path, HF_TOKENIZER_FILE)):
+      kind, file = WordPieceTokenizer.kind, os.path.join(path, HF_TOKENIZER_FILE)
     else:
-      raise DataError(f'directory {path!r} holds no tokenizer (tokenizer.model or vocab.txt)')
+      raise DataError(f'directory {path!r} holds no tokenizer (tokenizer.model, vocab.txt or tokenizer.json)')
   elif os.path.isfile(path):
     file = path
-    kind = WordPieceTokenizer.kind if path.endswith('.txt') else SentencePieceTokenizer.kind
+    kind = WordPieceTokenizer.kind if path.endswith(('.txt', '.json')) else SentencePieceTokenizer.kind
   else:
-    raise DataError(f'tokenizer {path!r} does not exist; give a SentencePiece .model, a WordPiece vocab.txt or a '
-                    'directory holding one, or leave data.tokenizer empty to train one on the corpus')
-  lowercase = True if lowercase is None else lowercase
+    raise DataError(f'tokenizer {path!r} does not exist; give a SentencePiece .model, a WordPiece vocab.txt or '
+                    'tokenizer.json, or a directory holding one')
+  if lowercase is None:
+    lowercase = _json_lowercase(file) if file.endswith('.json') else True
   if kind == WordPieceTokenizer.kind:
     return WordPieceTokenizer(file, lowercase, num_threads)
   return SentencePieceTokenizer(file, lowercase, num_threads)

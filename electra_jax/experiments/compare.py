@@ -21,8 +21,8 @@ experiment survives interruptions. A finished run whose settings changed is an e
 
 import dataclasses
 import json
-import math
 import os
+import re
 import sys
 
 import ml_collections
@@ -102,7 +102,11 @@ def plan(config) -> list[Plan]:
     run.objective.name = name
     _override(run, config.overrides.get(name, {}), f'overrides.{name}')
     data_config = config_lib.from_dict(data.DataConfig, run.data.to_dict(), where='pretrain.data')
-    c = config_lib.load(run, vocab_size=data.load_tokenizer(data_config).vocab_size)
+    try:
+      vocab_size = data.load_tokenizer(data_config).vocab_size
+    except data.DataError as e:  # its message names a pre-training config's keys (data.source): here pretrain.*
+      raise data.DataError(re.sub(r'(?<![\w./])data\.(?=\w)', 'pretrain.data.', str(e))) from None
+    c = config_lib.load(run, vocab_size=vocab_size)
     per_step = flops.train_flops_per_step(c)
     steps = tuple(steps_for_budget(b, per_step, name) for b in config.flops_budgets)
     run.train_steps = max(steps)
@@ -299,6 +303,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
+  if flags.FLAGS.show_config:
+    print(cli.show_config(flags.FLAGS.config, config_flags.get_config_filename(flags.FLAGS['config'])))
+    return
   cli.run(run, flags.FLAGS.config, flags.FLAGS.workdir)
 
 
@@ -307,7 +314,6 @@ if __name__ == '__main__':
   config_flags.DEFINE_config_file('config', None, 'An experiment config, e.g. configs/experiments/compare_cpu.py.',
                                   lock_config=True)
   flags.DEFINE_string('workdir', None, 'Where the runs, results.json, results.md and compare.png go.')
-  flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main, flags_parser=cli.flags_parser(
-      'the --config file, e.g. configs/experiments/compare_cpu.py (the runner sets pretrain.train_steps, '
-      'save_steps and objective.name, and the task, seeds, model and checkpoint of each fine-tuning)'))
+  flags.DEFINE_bool('show_config', False, 'Print every key of --config, its value and its comment, then exit.')
+  flags.mark_flags_as_required(['config'])
+  app.run(main, flags_parser=cli.flags_parser)

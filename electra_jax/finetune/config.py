@@ -1,10 +1,10 @@
 """Frozen, typed views of a fine-tuning config (configs/finetune.py); jitted code never sees a ConfigDict."""
 
 import dataclasses
-from typing import Any
 
 from electra_jax import config as config_lib
-from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.config import ConfigError, MeshConfig, ModelConfig
+from electra_jax.data import DataConfig
 
 # Paper settings by model width (ELECTRA appendix): (peak learning rate, layer-wise decay).
 PAPER_SETTINGS = ((1024, 5e-5, 0.9), (768, 1e-4, 0.8), (0, 3e-4, 0.8))  # large, base, small
@@ -67,8 +67,8 @@ class FinetuneConfig:
   optimizer: OptimizerConfig = OptimizerConfig()
   squad: SquadConfig = SquadConfig()
   model: ModelConfig = ModelConfig()
-  data: Any = None  # a DataConfig: the tokenizer when training from scratch
-  mesh: Any = None  # a MeshConfig
+  data: DataConfig = DataConfig()  # the tokenizer when training from scratch
+  mesh: MeshConfig = MeshConfig()
 
   def __post_init__(self):
     for name in ('seeds', 'batch_size', 'eval_batch_size', 'log_every', 'checkpoint_every'):
@@ -85,9 +85,8 @@ class FinetuneConfig:
 
 def load(config) -> FinetuneConfig:
   """ConfigDict (or nested dict) of configs/finetune.py -> a validated FinetuneConfig."""
-  from electra_jax import data, sharding  # pylint: disable=g-import-not-at-top  (they import electra_jax.config)
   values = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
-  sub = {'optimizer': OptimizerConfig, 'squad': SquadConfig, 'model': ModelConfig, 'data': data.DataConfig,
-         'mesh': sharding.MeshConfig}
+  sub = {'optimizer': OptimizerConfig, 'squad': SquadConfig, 'model': ModelConfig, 'data': DataConfig,
+         'mesh': MeshConfig}
   parts = {name: config_lib.from_dict(cls, dict(values.pop(name, {})), where=name) for name, cls in sub.items()}
   return config_lib.from_dict(FinetuneConfig, values, where='config', **parts)

@@ -35,7 +35,7 @@ from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
-from electra_jax.train_step import TrainState
+from electra_jax.train_step import ABSTRACT_KEY, TrainState
 from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=protected-access  (shared on purpose)
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
@@ -85,8 +85,8 @@ class Finetuning:
     c = self.config
     self.tx, self.schedule = optimizer_lib.make_optimizer(c.optimizer, self.model.config.num_layers,
                                                           self.total_steps)
-    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules, jax.eval_shape(
-        self._init_boxed, jax.random.key_data(jax.random.PRNGKey(0))))
+    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
+                                                      jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
     # Every input array is split along its first (batch) dimension only.
     batch_axes = nn.logical_to_mesh_axes(('batch',), c.mesh.rules)
     self.batch_sharding = jax.sharding.NamedSharding(self.mesh, batch_axes)

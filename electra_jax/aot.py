@@ -1,0 +1,263 @@
+"""Compile-only checks for a real TPU slice, on any machine: does a config fit, and how fast would it run?
+
+  python -m electra_jax.aot --config=configs/large.py --topology=v3:4x8 [--config.mesh.shape=8,8,1]
+
+The TPU compiler (libtpu: `pip install -e ".[tpu]"`) compiles the pre-training step and a fine-tuning step (GLUE
+classification at the paper's batch of 32 x 128) for the devices of a TPU slice described by
+`jax.experimental.topologies`. Nothing is allocated or run, so no TPU is needed: the compiler reports per-device
+HBM (arguments, temporaries, peak) and its cost model's FLOPs and step time ('optimal_seconds'). That time is the
+compiler's estimate, not a measurement; so are the tokens/s and MFU derived from it.
+
+Topologies are `VERSION:SHAPE` as Cloud TPU names them: v3:2x2 (v3-8, 8 cores), v3:4x4 (v3-32), v3:4x8 (v3-64),
+v4:2x2x1 (v4-8, 4 chips), v4:4x4x4 (v4-128), v5e:4x4, v5p:2x2x2, v6e:4x4. A JAX device is a v3 core, a v4/v5p
+chip (megacore) or a v5e/v6e chip, and the mesh is laid over those devices (`mesh.shape`, as in training).
+"""
+
+# pylint: disable=g-import-not-at-top,wrong-import-position  (the environment must be set before jax is imported)
+
+import dataclasses
+import importlib.util
+import os
+import re
+import time
+
+# Only the compiler is needed: without this, JAX would also try to start the TPU runtime on a machine with none.
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# libtpu looks these up (from the metadata server of a Cloud TPU VM) when it loads, and prints errors without them.
+# They describe this host only; the slice compiled for is --topology.
+os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+os.environ.setdefault('TPU_ACCELERATOR_TYPE', 'v4-8')
+# libtpu lets one process at a time hold the TPU (/tmp/libtpu_lockfile); compiling holds none.
+os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
+
+from absl import app, flags, logging
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from ml_collections import config_flags
+
+from configs import finetune as finetune_config
+from electra_jax import cli, config as config_lib, flops, sharding
+from electra_jax.finetune import config as ft_config_lib, heads, tasks
+from electra_jax.finetune.train import Finetuning
+from electra_jax.config import ConfigError
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import ABSTRACT_KEY, Pretraining
+
+GIB = 2 ** 30
+# Ids of the special tokens only matter to the traced masking code, not to its shapes or cost.
+SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  """One JAX device of a TPU generation: its HBM and its peak dense bfloat16 FLOP/s (Cloud TPU documentation)."""
+  hbm_bytes: int
+  peak_flops: float
+  megacore: bool = False  # two TensorCores act as one device (get_topology_desc needs to be told)
+
+
+CHIPS = {
+    'v3': Chip(16 * GIB, 123e12 / 2),  # per core: a v3 chip is 2 devices of 16 GiB, 123 TFLOP/s per chip
+    'v4': Chip(32 * GIB, 275e12, megacore=True),
+    'v5e': Chip(16 * GIB, 197e12),
+    'v5p': Chip(95 * GIB, 459e12, megacore=True),
+    'v6e': Chip(32 * GIB, 918e12),
+}
+
+
+def chip(topology: str) -> Chip:
+  version = topology.split(':')[0]
+  if version not in CHIPS or not re.fullmatch(r'[a-z0-9]+:\d+(x\d+)+', topology):
+    raise ConfigError(f'--topology={topology!r}: expected VERSION:SHAPE with VERSION one of {", ".join(CHIPS)}, '
+                      'e.g. v3:4x4 (a v3-32 slice) or v4:2x2x2 (a v4-16)')
+  return CHIPS[version]
+
+
+def topology_devices(topology: str) -> list:
+  """The devices of TPU slice `topology`, described for compilation only."""
+  if importlib.util.find_spec('libtpu') is None:
+    raise ConfigError('the TPU compiler is not installed: pip install -e ".[tpu]" (libtpu; no TPU needed)')
+  kwargs = {'chip_config_name': 'megacore'} if chip(topology).megacore else {}
+  try:
+    return list(topologies.get_topology_desc(platform='tpu', topology_name=topology, **kwargs).devices)
+  except Exception as e:  # pylint: disable=broad-except  (JaxRuntimeError: INVALID_ARGUMENT)
+    raise ConfigError(f'the TPU compiler cannot describe --topology={topology!r}: {str(e).splitlines()[0]}') from e
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What the compiler says about one step; byte and FLOP figures are per device, `model_flops` for all."""
+  name: str
+  devices: int
+  tokens: int  # per step
+  model_flops: float
+  compile_seconds: float
+  argument_bytes: int = 0
+  temp_bytes: int = 0
+  peak_bytes: int = 0
+  compiled_flops: float = 0.0
+  estimated_seconds: float = 0.0
+  error: str = ''  # the compiler refused: e.g. out of memory
+  loop: str = ''  # what the step loops over, if anything (the cost analysis then covers one iteration)
+
+
+def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: float, loop: str = '') -> Report:
+  """Compiles `lower()` and reads the compiler's memory and cost analyses.
+
+  Running out of HBM is an answer, not a failure: the compiler's message goes into `error`. `loop` names a loop
+  in the step: XLA's cost analysis counts a loop body once, whatever its trip count.
+  """
+  start = time.perf_counter()
+  try:
+    compiled = lower().compile()
+  except Exception as e:  # pylint: disable=broad-except  (jax raises XlaRuntimeError/JaxRuntimeError by version)
+    if 'RESOURCE_EXHAUSTED' not in str(e):
+      raise
+    message = next((line.strip() for line in str(e).splitlines() if 'exceeds' in line or 'HBM' in line),
+                   str(e).splitlines()[0])
+    return Report(name, devices, tokens, model_flops, time.perf_counter() - start, error=message, loop=loop)
+  seconds = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  # The new state is written over the donated one (aliased), so it takes no extra space.
+  peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+          + memory.temp_size_in_bytes)
+  return Report(name, devices, tokens, model_flops, seconds, argument_bytes=memory.argument_size_in_bytes,
+                temp_bytes=memory.temp_size_in_bytes, peak_bytes=peak,
+                compiled_flops=float(cost.get('flops', 0.0)), estimated_seconds=float(cost.get('optimal_seconds', 0.0)),
+                loop=loop)
+
+
+def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
+  length = c.data.max_seq_length
+  loops = ([f'{c.grad_accum_steps} micro-batches'] if c.grad_accum_steps > 1 else []) + (
+      ['the layers'] if c.model.scan_layers else [])
+  return compile_report('pre-training', Pretraining(c, SPECIAL, mesh).lower, devices=mesh.size,
+                        tokens=c.batch_size * length, model_flops=flops.train_flops_per_step(c),
+                        loop=' and '.join(loops))
+
+
+def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
+  """The fine-tuning step (`electra_jax.finetune.train.Finetuning`) of a two-class GLUE task."""
+  cfg = finetune_config.get_config()
+  cfg.batch_size, cfg.max_seq_length = batch_size, length
+  cfg.mesh = mesh_config
+  ft = ft_config_lib.load(cfg)
+  ft = dataclasses.replace(ft, optimizer=ft.optimizer.for_model(c.model.hidden_size))
+  # Fine-tuning runs the unrolled layers whatever pre-training did (checkpoint.load_params unstacks them).
+  model = heads.Finetuner(dataclasses.replace(c.model, scan_layers=False), kind=tasks.CLASSIFICATION,
+                          num_outputs=2, head_dropout=ft.head_dropout)
+  run = Finetuning(model, ft, 10_000, mesh)
+  # Each device takes whole rows: on a slice of more devices than that, the batch grows to one row per device.
+  shards = sharding.axis_size(mesh, run.batch_sharding.spec[0])
+  batch_size = -(-batch_size // shards) * shards
+
+  def lower():
+    state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                         jax.eval_shape(run.init_fn, ABSTRACT_KEY), run.state_shardings)
+    batch = {k: jax.ShapeDtypeStruct((batch_size, length), jnp.int32, sharding=run.batch_sharding)
+             for k in ('input_ids', 'segment_ids', 'input_mask')}
+    batch['labels'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32, sharding=run.batch_sharding)
+    key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
+    with sharding.activate(mesh, ft.mesh.rules):
+      return run.step_fn.lower(state, batch, key)
+
+  return compile_report(f'fine-tuning ({batch_size} x {length})', lower, devices=mesh.size,
+                        tokens=batch_size * length,
+                        model_flops=flops.finetuning_flops_per_step(c.model, batch_size, length, num_outputs=2))
+
+
+def advice(c: config_lib.TrainConfig, mesh) -> str:
+  """What to change when the pre-training step does not fit, cheapest first."""
+  steps = []
+  if c.model.dtype == 'float32':
+    steps.append('--config.model.dtype=bfloat16 (halves activations; parameters stay float32)')
+  if not c.model.remat:
+    steps.append('--config.model.remat=true (recompute each layer in the backward pass: ~1/3 more compute, '
+                 'activations no longer grow with depth)')
+  per_device = c.batch_size // sharding.axis_size(mesh, ('data', 'fsdp'))
+  if per_device % (2 * c.grad_accum_steps) == 0:
+    steps.append(f'--config.grad_accum_steps={2 * c.grad_accum_steps} (half the rows per micro-batch)')
+  if mesh.shape['fsdp'] == 1:
+    steps.append(f'--config.mesh.shape=1,{mesh.size},1 (FSDP: parameters and Adam moments split over the devices)')
+  return '; '.join(steps) or 'a bigger slice (more devices for the same batch)'
+
+
+def format_report(r: Report, hw: Chip) -> str:
+  if r.error:
+    return f'{r.name}: DOES NOT FIT ({r.compile_seconds:.0f} s to find out). The compiler: {r.error}'
+  fits = 'fits' if r.peak_bytes <= hw.hbm_bytes else 'DOES NOT FIT'
+  lines = [f'{r.name}: compiled in {r.compile_seconds:.0f} s',
+           f'  HBM per device: arguments {r.argument_bytes / GIB:.2f} GiB, temporaries {r.temp_bytes / GIB:.2f} GiB, '
+           f'peak {r.peak_bytes / GIB:.2f} GiB of {hw.hbm_bytes / GIB:.0f} GiB: {fits}',
+           f'  FLOPs per step: compiled {r.compiled_flops * r.devices:.3e} (all devices), model {r.model_flops:.3e} '
+           f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
+  if r.loop:
+    lines.append(f'  the step loops over {r.loop}: the compiler\'s cost analysis counts a loop body once, so the '
+                 'compiled FLOPs above undercount and there is no step-time estimate (compile with '
+                 'grad_accum_steps=1 and scan_layers=false for one)')
+  elif r.estimated_seconds <= 0:  # seen for v4 (megacore): the cost model has no figure for it
+    lines.append(f'  no usable step-time estimate from the compiler (optimal_seconds = {r.estimated_seconds:.3g})')
+  else:
+    mfu = r.model_flops / (r.estimated_seconds * r.devices * hw.peak_flops)
+    lines.append(f'  compiler\'s ESTIMATE (not a measurement): {r.estimated_seconds * 1e3:.1f} ms per step, '
+                 f'{r.tokens / r.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%} of {hw.peak_flops / 1e12:.1f} '
+                 'TFLOP/s (bf16 peak) per device')
+  return '\n'.join(lines)
+
+
+def load_config(cfg) -> config_lib.TrainConfig:
+  """The TrainConfig as a TPU run of `cfg` would see it: the vocabulary of the tokenizer it would train, and
+  model.dtype='auto' resolved for a TPU."""
+  cfg = cfg.copy_and_resolve_references()
+  cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, 'tpu')
+  return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
+
+
+def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, finetune_length: int = 128):
+  """Compiles and prints; returns the reports (pre-training first)."""
+  hw = chip(topology)
+  devices = topology_devices(topology)
+  c = load_config(cfg)
+  mesh = sharding.make_mesh(c.mesh, devices)
+  m = c.model
+  print(f'{topology}: {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}; jax {jax.__version__}; '
+        f'model {m.num_layers} layers H={m.hidden_size} E={m.embedding_size} vocab={m.vocab_size} dtype={m.dtype} '
+        f'remat={m.remat}; batch {c.batch_size} x {c.data.max_seq_length}, grad_accum_steps {c.grad_accum_steps}',
+        flush=True)
+  reports = [pretraining_report(c, mesh)]
+  print(format_report(reports[0], hw), flush=True)
+  if reports[0].error or reports[0].peak_bytes > hw.hbm_bytes:
+    print(f'  to make it fit, try: {advice(c, mesh)}', flush=True)
+  if finetune:
+    reports.append(finetuning_report(c, cfg.mesh, mesh, batch_size=finetune_batch, length=finetune_length))
+    print(format_report(reports[1], hw), flush=True)
+  return reports
+
+
+def define_flags() -> dict:
+  """The command's flags, defined only by a program that runs it (electra_jax.main has its own --config)."""
+  return {
+      'config': config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.'),
+      'topology': flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 (v4-16).'),
+      'finetune': flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.'),
+      'finetune_batch': flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up '
+                                             'to a multiple of the devices the batch is split over.'),
+      'finetune_length': flags.DEFINE_integer('finetune_length', 128,
+                                              'Fine-tuning sequence length (GLUE: 128, SQuAD: 512).'),
+  }
+
+
+def main(argv, options: dict):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  cli.run(run, *(options[k].value for k in ('config', 'topology', 'finetune', 'finetune_batch', 'finetune_length')))
+
+
+if __name__ == '__main__':
+  _OPTIONS = define_flags()
+  flags.mark_flags_as_required(['config', 'topology'])
+  app.run(lambda argv: main(argv, _OPTIONS), flags_parser=cli.flags_parser)
