@@ -124,6 +124,19 @@ def copy(source, destination):
     shutil.copyfileobj(src, dst)
 
 
+@contextlib.contextmanager
+def local_file(location):
+  """A local path holding file `location`'s content, for libraries that open local files only: the file itself,
+  or a temporary copy of a remote one (removed afterwards)."""
+  if not is_remote(location):
+    yield os.fspath(path(location))
+    return
+  with tempfile.TemporaryDirectory(prefix='electra_jax_') as directory:
+    local = os.path.join(directory, path(location).name)
+    copy(location, local)
+    yield local
+
+
 def rmtree(location):
   """Removes directory `location` (local or remote) and everything in it, if it exists."""
   directory = path(location)
@@ -138,6 +151,49 @@ def sha256(location) -> str:
     for block in iter(lambda: f.read(1 << 20), b''):
       digest.update(block)
   return digest.hexdigest()
+
+
+def move(source, destination):
+  """Renames file or directory `source` to `destination` (on Cloud Storage: copies each object, then deletes it)."""
+  if is_remote(source):
+    fs, inside = _filesystem(os.fspath(source))
+    fs.mv(inside, _filesystem(os.fspath(destination))[1], recursive=True)
+    return
+  os.makedirs(os.path.dirname(os.fspath(path(destination))), exist_ok=True)
+  os.rename(path(source), path(destination))
+
+
+def file_digests(directory) -> dict[str, list]:
+  """{path relative to `directory`: [size, digest]} of every file under it. The digest is the sha256 a local file
+  is read for; on Cloud Storage the object's CRC32C, which the service keeps ('crc32c:...', nothing downloaded)."""
+  if is_remote(directory):
+    fs, inside = _filesystem(os.fspath(directory))
+    inside = inside.rstrip('/')
+    return {name[len(inside) + 1:]: [info['size'], f'crc32c:{info["crc32c"]}']
+            for name, info in fs.find(inside, detail=True).items()}
+  digests = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      file = os.path.join(root, name)
+      digests[os.path.relpath(file, directory)] = [os.path.getsize(file), sha256(file)]
+  return digests
+
+
+def file_digest(location, like: str) -> tuple[int, str] | None:
+  """(size, digest) of file `location` in the kind of digest `like` is (see `file_digests`); None if it is missing.
+  """
+  file = path(location)
+  if not file.is_file():
+    return None
+  if is_remote(location):
+    fs, inside = _filesystem(os.fspath(location))
+    info = fs.info(inside)
+    size, crc32c = info['size'], f'crc32c:{info["crc32c"]}'
+  else:
+    size, crc32c = os.path.getsize(file), None
+  if like.startswith('crc32c:'):
+    return size, crc32c or f'crc32c:{_crc32c(os.fspath(file))}'
+  return size, sha256(file)
 
 
 def check_writable_directory(location, what: str):
@@ -156,6 +212,13 @@ def check_writable_directory(location, what: str):
   if not os.access(existing, os.W_OK | os.X_OK):
     raise PermissionError(f'{what} {location} cannot be written ({existing} does not allow it): choose a directory '
                           'you can write to')
+
+
+def storage_errors() -> tuple[type, ...]:
+  """What a failed file operation raises: OSError, and gcsfs's HttpError (Cloud Storage refused the credentials,
+  say) once gcsfs is in use. For `except` clauses, evaluated when an exception is matched."""
+  retry = sys.modules.get('gcsfs.retry')
+  return (OSError, retry.HttpError) if retry else (OSError,)
 
 
 def advice(number: int | None) -> str:
@@ -207,7 +270,7 @@ def check_remote(location: str):
   except FileNotFoundError:
     if not fs.exists(bucket):
       raise FileNotFoundError(describe(FileNotFoundError(f'b/{bucket}/o'))) from None
-  except OSError as e:
+  except storage_errors() as e:
     raise PermissionError(describe(e, location)) from None
 
 

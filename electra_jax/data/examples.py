@@ -33,7 +33,7 @@ def is_built(path: str) -> bool:
   cannot be read: reading it as text then says why."""
   try:
     return bool(path) and (fileio.path(path) / METADATA).is_file()
-  except OSError:  # no access to the bucket
+  except fileio.storage_errors():  # no access to the bucket
     return False
 
 
