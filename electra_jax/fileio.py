@@ -60,9 +60,13 @@ def path(location) -> epath.Path:
 
 
 def _filesystem(location: str):
-  """The fsspec file system of URL `location` and the path inside it."""
-  import fsspec  # pylint: disable=g-import-not-at-top  (only remote locations need it)
-  return fsspec.core.url_to_fs(location)
+  """The fsspec file system of URL `location` and the path inside it.
+
+  It is the instance epath.Path uses (orbax's paths, ours): fsspec caches directory listings per instance, and
+  with a second instance a directory one of them changed would be listed as it was by the other.
+  """
+  fs = epath.backend.fsspec_backend.fs(location)
+  return fs, fs._strip_protocol(location)  # pylint: disable=protected-access  (what fsspec.core.url_to_fs calls)
 
 
 def list_files(location: str) -> list[str]:
@@ -154,10 +158,15 @@ def sha256(location) -> str:
 
 
 def move(source, destination):
-  """Renames file or directory `source` to `destination` (on Cloud Storage: copies each object, then deletes it)."""
+  """Renames file or directory `source` to `destination`, which must not exist.
+
+  On Cloud Storage every object is copied before any is deleted: a failure midway leaves `source` whole. (gcsfs's
+  own mv moves object by object, and tries the move API first, retrying for a minute where it is not offered.)
+  """
   if is_remote(source):
     fs, inside = _filesystem(os.fspath(source))
-    fs.mv(inside, _filesystem(os.fspath(destination))[1], recursive=True)
+    fs.copy(inside, _filesystem(os.fspath(destination))[1], recursive=True)
+    fs.rm(inside, recursive=True)
     return
   os.makedirs(os.path.dirname(os.fspath(path(destination))), exist_ok=True)
   os.rename(path(source), path(destination))
