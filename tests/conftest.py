@@ -19,6 +19,8 @@ import time
 import urllib.request
 import uuid
 
+import jax
+from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 WORDS = ('the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank '
@@ -49,6 +51,22 @@ def cache_dir(tmp_path_factory):
   path = tmp_path_factory.mktemp('electra_cache')
   os.environ['ELECTRA_JAX_CACHE'] = str(path)
   return str(path)
+
+
+@pytest.fixture(scope='module')
+def compile_once(tmp_path_factory):
+  """A persistent compilation cache for one module's runs: runs of the same config build the same programs (same
+  shapes, new jit objects), so they compile once. Tests that compare runs bit for bit then also run one program."""
+  names = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
+           'jax_persistent_cache_min_entry_size_bytes')
+  saved = {name: getattr(jax.config, name) for name in names}
+  for name, value in zip(names, (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)):
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which may have happened
+  yield
+  for name, value in saved.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope='session')

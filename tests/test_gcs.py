@@ -2,18 +2,26 @@
 
 import errno
 import gzip
+import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import types
+import uuid
 
 import fsspec
+import jax
 import numpy as np
 import pytest
 
-from conftest import make_corpus
-from electra_jax import data, fileio
+from configs import finetune as finetune_config
+from conftest import WORDS, make_corpus, override
+from electra_jax import checkpoint, convert, data, detect, fileio, finetune, trainer
 from electra_jax.data import DataError, build, corpus
+from test_trainer import final_params, tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -201,3 +209,150 @@ def test_staging_uploads_changed_files_and_keeps_them_when_it_cannot(gcs_dir):
     stage.close()
   assert (stage.local / 'metrics.jsonl').read_text() == '{"step": 1}\n'
   shutil.rmtree(stage.local)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A run on gs:// end to end: pre-training stopped by SIGTERM and resumed, fine-tuning, prediction, detection and
+# conversion, against the same run on local disk.
+
+
+def _read_jsonl(location) -> list[dict]:
+  return [json.loads(line) for line in fileio.path(location).read_text().splitlines()]
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory, gcs_bucket, corpus_file, cache_dir, compile_once):
+  """The same 8-step tiny pre-training: on local disk without a stop, and on gs:// stopped by a SIGTERM after
+  step 3 and run again. The gs:// run reads its corpus and tokenizer from the bucket too.
+
+  Returns: local (workdir), remote (gs:// workdir), root (gs:// directory for other tests' files), config (of the
+  gs:// run) and stopped ((checkpoint steps, metrics steps) on gs:// after the SIGTERM).
+  """
+  del compile_once  # the three invocations compile once
+  root = f'{gcs_bucket}/runs-{uuid.uuid4().hex[:8]}'
+  local = tmp_path_factory.mktemp('runs')
+  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=64, cache_dir=cache_dir))
+  tokenizer.save(local / 'tokenizer')
+  tokenizer.save(f'{root}/tokenizer')
+  fileio.copy(corpus_file, f'{root}/corpus/corpus.txt')
+  one_go = tiny_config(corpus_file, cache_dir, **{'data.tokenizer': str(local / 'tokenizer')})
+  trainer.train(one_go, local / 'one_go')
+
+  config = tiny_config(f'{root}/corpus', cache_dir, **{'data.tokenizer': f'{root}/tokenizer'})
+  real_next, calls = data.BatchIterator.__next__, []
+
+  def next_then_preempt(self):
+    calls.append(1)
+    if len(calls) == 3:  # delivered while step 3 is prepared: the run checkpoints after step 3 and stops
+      os.kill(os.getpid(), signal.SIGTERM)
+    return real_next(self)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(data.BatchIterator, '__next__', next_then_preempt)
+    trainer.train(config, f'{root}/run')
+  stopped = (checkpoint_steps(f'{root}/run'), [m['step'] for m in _read_jsonl(f'{root}/run/metrics.jsonl')])
+  trainer.train(config, f'{root}/run')
+  return types.SimpleNamespace(local=str(local / 'one_go'), remote=f'{root}/run', root=root, config=config,
+                               stopped=stopped)
+
+
+def checkpoint_steps(workdir) -> list[int]:
+  return sorted(int(p.name) for p in (fileio.path(workdir) / 'checkpoints').iterdir() if p.name.isdigit())
+
+
+def files_under(directory) -> list[str]:
+  return sorted(name[len(os.fspath(directory)) + 1:] for name in fileio.list_files(os.fspath(directory)))
+
+
+def test_pretraining_on_gcs_resumes_bit_identically(runs):
+  # The SIGTERM left a checkpoint of step 3 and the metrics of steps 1-3 (uploaded when the run stopped).
+  assert runs.stopped == ([3], [1, 2, 3])
+  a, b = _read_jsonl(f'{runs.local}/metrics.jsonl'), _read_jsonl(f'{runs.remote}/metrics.jsonl')
+  assert [m['step'] for m in b] == list(range(1, 9))
+  # The same program on the same inputs on CPU: the losses are equal to the last bit, not just close.
+  assert [m['loss'] for m in b] == [m['loss'] for m in a]
+  params_a, data_a = final_params(runs.local)
+  params_b, data_b = final_params(runs.remote)
+  assert data_a == data_b
+  jax.tree.map(np.testing.assert_array_equal, params_a, params_b)
+  run = fileio.path(runs.remote)
+  assert {p.name for p in run.iterdir()} >= {'config.json', 'tokenizer.model', 'electra_tokenizer.json',
+                                             'metrics.jsonl', 'tensorboard', 'checkpoints'}
+  assert len(list((run / 'tensorboard').iterdir())) == 2  # one events file per invocation
+  # Checkpoint checksums on Cloud Storage are the objects' CRC32C (nothing read back).
+  recorded = json.loads((run / 'checkpoints' / '8' / checkpoint.CHECKSUMS).read_text())
+  assert recorded and all(digest.startswith('crc32c:') for _, digest in recorded.values())
+
+
+def test_gcs_errors_are_one_line_and_lose_nothing(runs, forbidden_gcs_environment, capsys):
+  """Missing bucket and no permission: refused before anything starts. An object of the newest checkpoint gone:
+  detect says so in one line; training moves that checkpoint aside (kept) and redoes its steps from the one
+  before, to the same parameters."""
+  line = _one_line_error(['electra_jax.main', '--config=configs/tiny.py', '--workdir=gs://no-such-bucket/run'])
+  assert 'gs://no-such-bucket: bucket not found' in line and 'gcloud storage buckets create' in line
+  line = _one_line_error(['electra_jax.main', '--config=configs/tiny.py', f'--workdir={runs.root}/new'],
+                         env=forbidden_gcs_environment)
+  assert f'no access to {runs.root}/new' in line and 'roles/storage.objectUser' in line
+
+  damaged = f'{runs.root}/damaged'
+  for name in files_under(runs.remote):
+    fileio.copy(f'{runs.remote}/{name}', f'{damaged}/{name}')
+  assert checkpoint_steps(damaged) == [3, 4, 8]
+  newest = fileio.path(damaged) / 'checkpoints' / '8'
+  gone = next(name for name in json.loads((newest / checkpoint.CHECKSUMS).read_text()) if '/d/' in name)
+  kept = [name for name in files_under(newest) if name != gone]
+  (newest / gone).unlink()
+  capsys.readouterr()
+  with pytest.raises(SystemExit):
+    detect.main(['--checkpoint', damaged, 'the cat'])
+  error = capsys.readouterr().err.strip()
+  assert '\n' not in error and error.startswith('error: checkpoint 8 in ') and "Other steps: 3, 4" in error
+
+  trainer.train(runs.config, damaged)
+  assert f'checkpoint 8 in {damaged}/checkpoints cannot be read' in capsys.readouterr().err
+  moved = fileio.path(damaged) / checkpoint.UNREADABLE / '8'
+  assert files_under(moved) == kept
+  assert checkpoint_steps(damaged) == [3, 4, 8]  # steps 5-8 again, from checkpoint 4
+  jax.tree.map(np.testing.assert_array_equal, final_params(runs.local)[0], final_params(damaged)[0])
+
+
+def test_finetune_predict_detect_and_convert_on_gcs(runs, cache_dir, capsys):
+  local, remote, root = runs.local, runs.remote, runs.root
+  task = f'{root}/task'
+  rng = random.Random(0)
+  for split, count in (('train', 32), ('dev', 16)):
+    lines = ['label\tsentence']
+    for _ in range(count):
+      positive = rng.random() < 0.5
+      words = [rng.choice(WORDS) for _ in range(5)] + (['happy'] if positive else [])
+      lines.append(f'{"yes" if positive else "no"}\t{" ".join(words)}')
+    fileio.write_text(f'{task}/{split}.tsv', '\n'.join(lines) + '\n')
+  config = finetune_config.get_config()
+  override(config, {'task': task, 'init_checkpoint': remote, 'seeds': 1, 'batch_size': 16, 'eval_batch_size': 16,
+                    'epochs': 1.0, 'max_seq_length': 32, 'log_every': 1000, 'mesh.shape': (1, 1, 1),
+                    'data.cache_dir': cache_dir})
+  results = finetune.run(config, f'{root}/finetuned')
+  assert json.loads(fileio.path(f'{root}/finetuned/results.json').read_text())['median'] == results['median']
+  assert (fileio.path(root) / 'finetuned' / 'seeds' / '0' / 'predictions' / 'dev.tsv').is_file()
+
+  fileio.write_text(f'{root}/inputs.txt', 'the happy cat\nthe dog ran\n')
+  override(config, {'predict_input': f'{root}/inputs.txt', 'predict_output': f'{root}/predicted.txt'})
+  finetune.predict_main(config, f'{root}/finetuned')
+  assert set(fileio.path(f'{root}/predicted.txt').read_text().split()) <= {'yes', 'no'}
+  assert len(fileio.path(f'{root}/predicted.txt').read_text().splitlines()) == 2
+
+  # Detection on the gs:// run equals detection on the local one (their parameters are equal).
+  capsys.readouterr()
+  detect.main(['--checkpoint', remote, '--json', 'the cat sat on the mat'])
+  from_gcs = json.loads(capsys.readouterr().out)
+  detect.main(['--checkpoint', local, '--json', 'the cat sat on the mat'])
+  assert json.loads(capsys.readouterr().out) == from_gcs
+  # Export to Hugging Face on gs:// and import back: the same detector.
+  convert.main(['--checkpoint', remote, '--to-hf', f'{root}/hf'])
+  convert.main(['--from-hf', f'{root}/hf/discriminator', '--from-hf-generator', f'{root}/hf/generator',
+                '--out', f'{root}/imported'])
+  capsys.readouterr()
+  detect.main(['--checkpoint', f'{root}/imported', '--json', 'the cat sat on the mat'])
+  imported = json.loads(capsys.readouterr().out)
+  assert [r['token'] for r in imported] == [r['token'] for r in from_gcs]
+  np.testing.assert_allclose([r['p_replaced'] for r in imported], [r['p_replaced'] for r in from_gcs], atol=1e-6)
