@@ -16,6 +16,7 @@ import fsspec
 import jax
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 from configs import finetune as finetune_config
 from conftest import WORDS, make_corpus, override
@@ -111,9 +112,6 @@ def test_local_copy_checks_disk_space_first(built, gcs_dir, tmp_path, monkeypatc
     fileio.local_copy(gcs_dir, os.listdir(directory), str(tmp_path))
   assert error.value.errno == errno.ENOSPC
   assert not os.listdir(fileio.cache_path(str(tmp_path), gcs_dir))
-
-
-tfds = pytest.importorskip('tensorflow_datasets')
 
 
 @pytest.fixture(scope='module')
