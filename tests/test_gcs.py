@@ -312,6 +312,9 @@ def test_gcs_errors_are_one_line_and_lose_nothing(runs, forbidden_gcs_environmen
   assert files_under(moved) == kept
   assert checkpoint_steps(damaged) == [3, 4, 8]  # steps 5-8 again, from checkpoint 4
   jax.tree.map(np.testing.assert_array_equal, final_params(runs.local)[0], final_params(damaged)[0])
+  # metrics.jsonl reads as one run: the lines of steps 5-8 replaced, not repeated.
+  assert [(m['step'], m['loss']) for m in _read_jsonl(f'{damaged}/metrics.jsonl')] == [
+      (m['step'], m['loss']) for m in _read_jsonl(f'{runs.local}/metrics.jsonl')]
 
 
 def test_finetune_predict_detect_and_convert_on_gcs(runs, cache_dir, capsys):
