@@ -227,10 +227,15 @@ _ignore_late_callbacks_of_failed_reads()
 
 
 class _OrbaxTracebacks(logging.Filter):
-  """Drops error logs whose traceback runs through orbax: the exception is raised to Checkpointer, which reports
-  it in one line (a full disk otherwise prints six tracebacks from orbax's writer threads and asyncio)."""
+  """Drops error logs whose traceback runs through orbax, and asyncio's reports of unretrieved futures: the exception
+  is raised to Checkpointer, which reports it in one line (a full disk otherwise prints six tracebacks from orbax's
+  writer threads and asyncio)."""
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == 'asyncio' and 'exception was never retrieved' in record.getMessage():
+      # electra_jax runs no event loop of its own: these are tensorstore's write futures that failed with the error
+      # orbax already raised (a full disk), collected at exit with no traceback to recognise them by.
+      return False
     if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
       return True
     return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
