@@ -15,13 +15,14 @@ setuptools.setup(
         'jax>=0.10', 'flax>=0.12', 'optax>=0.2.8', 'orbax-checkpoint>=0.12', 'tensorflow-datasets>=4.9',
         'importlib_resources',  # imported by tensorflow-datasets when it prepares a dataset, not declared by it
         'grain>=0.2', 'sentencepiece>=0.2', 'ml_collections>=1.1', 'absl-py', 'numpy', 'tqdm', 'tensorboardX',
-        'safetensors', 'tokenizers', 'matplotlib>=3.8',
+        'safetensors', 'tokenizers', 'matplotlib>=3.8', 'etils[epath]', 'fsspec', 'gcsfs', 'google-crc32c',
     ],
-    # Tests and benchmarks only (parity with Hugging Face's PyTorch ELECTRA, property tests, the TPU compile test).
-    # Pinned exactly: an open torch range pulls a multi-GB CUDA build.
+    # Tests and benchmarks only (parity with Hugging Face's PyTorch ELECTRA, property tests, the TPU compile test,
+    # a local Cloud Storage emulator for the gs:// tests). Pinned exactly: an open torch range pulls a multi-GB CUDA
+    # build.
     extras_require={
         'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest==9.2.0', 'pytest-xdist==3.8.0',
-                 'hypothesis==6.155.2', TPU_COMPILER],
+                 'hypothesis==6.155.2', 'gcp-storage-emulator==2026.7.19', TPU_COMPILER],
         # The TPU runtime and compiler, the version jax[tpu]==0.10.2 pins. On a TPU VM it runs the TPU; on any other
         # machine `python -m electra_jax.aot` uses it to compile for a TPU slice.
         'tpu': [TPU_COMPILER],

@@ -38,15 +38,16 @@ class Checkpointer:
   """A thin wrapper over an orbax CheckpointManager with the two items of a pre-training run.
 
   The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age. Orbax writes
-  each step under a temporary name and renames it when complete, so a step directory is always whole; temporary
-  ones left by a crash are removed when the next run opens the directory. Once a step is complete, the size and
-  sha256 of each of its files go to <step>/electra_checksums.json, checked before the step is read: orbax itself
-  reads damaged array bytes back as numbers.
+  each step under a temporary name and renames it when complete (on Cloud Storage, where nothing can be renamed,
+  it marks it complete with a commit_success.txt written last), so a step is always whole; temporary ones left by
+  a crash are removed when the next run opens the directory. Once a step is complete, the size and sha256 of each
+  of its files (on Cloud Storage the CRC32C the service keeps) go to <step>/electra_checksums.json, checked before
+  the step is read: orbax itself reads damaged array bytes back as numbers.
   """
 
-  def __init__(self, workdir: str, keep: int = 3, preserve: tuple[int, ...] = ()):
-    self.workdir = os.path.abspath(workdir)
-    self.directory = os.path.join(self.workdir, 'checkpoints')
+  def __init__(self, workdir, keep: int = 3, preserve: tuple[int, ...] = ()):
+    self.workdir = fileio.path(workdir)
+    self.directory = self.workdir / 'checkpoints'
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
     self.manager = ocp.CheckpointManager(
@@ -77,9 +78,11 @@ class Checkpointer:
     """Waits for the checkpoint being written, then records its files' checksums."""
     self.manager.wait_until_finished()
     step, self._unrecorded = self._unrecorded, None
-    directory = os.path.join(self.directory, str(step))
-    if step is not None and jax.process_index() == 0 and os.path.isdir(directory):
-      fileio.write_json(os.path.join(directory, CHECKSUMS), _checksums(directory))
+    directory = self.directory / str(step)
+    if step is not None and jax.process_index() == 0 and directory.is_dir():
+      recorded = fileio.file_digests(directory)
+      recorded.pop(CHECKSUMS, None)
+      fileio.write_json(directory / CHECKSUMS, recorded)
 
   def _writing(self, operation):
     if self._failed:
@@ -88,7 +91,7 @@ class Checkpointer:
       operation()
     except Exception as e:  # orbax and tensorstore raise many types for a failed write
       self._failed = True
-      complete = sorted(int(name) for name in os.listdir(self.directory) if name.isdigit())
+      complete = sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
       kept = (f'the newest complete checkpoint is step {complete[-1]}, and the same command resumes from it'
               if complete else 'no checkpoint was completed yet')
       raise CheckpointError(f'writing a checkpoint to {self.directory} failed ({_reason(e)}): {kept}') from None
@@ -128,15 +131,14 @@ class Checkpointer:
     return None
 
   def _move_aside(self, step: int) -> str:
-    target = os.path.join(self.workdir, UNREADABLE, str(step))
+    target = self.workdir / UNREADABLE / str(step)
     suffix = 0
-    while os.path.exists(target):  # the same step may go bad twice
+    while target.exists():  # the same step may go bad twice
       suffix += 1
-      target = os.path.join(self.workdir, UNREADABLE, f'{step}.{suffix}')
+      target = self.workdir / UNREADABLE / f'{step}.{suffix}'
     if jax.process_index() == 0:
-      os.makedirs(os.path.dirname(target), exist_ok=True)
-      os.rename(os.path.join(self.directory, str(step)), target)
-    return target
+      fileio.move(self.directory / str(step), target)
+    return str(target)
 
   def restore_params(self, step: int, abstract_params):
     """Only TrainState.params of checkpoint `step`, laid out as `abstract_params`' shardings say."""
@@ -153,23 +155,21 @@ class Checkpointer:
       others = [s for s in steps if s != step]
       raise CheckpointError(
           f'checkpoint {step} in {self.directory} cannot be read ({_reason(e)}); it may be incomplete or damaged, '
-          f'or not match {os.path.join(self.workdir, "config.json")}' +
+          f'or not match {self.workdir / "config.json"}' +
           (f'. Other steps: {", ".join(map(str, others))}' if others else '')) from None
     return restored['state']['params']
 
   def _verify(self, step: int):
     """Raises _Damaged if a file of checkpoint `step` differs from when it was written."""
-    directory = os.path.join(self.directory, str(step))
-    path = os.path.join(directory, CHECKSUMS)
-    if not os.path.exists(path):  # written before checksums were recorded, or killed just before
+    directory = self.directory / str(step)
+    if not (directory / CHECKSUMS).exists():  # written before checksums were recorded, or killed just before
       return
-    with open(path, encoding='utf-8') as f:
-      recorded = json.load(f)
+    recorded = json.loads((directory / CHECKSUMS).read_text())
     for name, (size, digest) in sorted(recorded.items()):
-      file = os.path.join(directory, name)
-      problem = ('is missing' if not os.path.isfile(file) else
-                 f'has {os.path.getsize(file)} bytes, not {size}' if os.path.getsize(file) != size else
-                 'has other bytes than were written' if fileio.sha256(file) != digest else None)
+      found = fileio.file_digest(directory / name, like=digest)
+      problem = ('is missing' if found is None else
+                 f'has {found[0]} bytes, not {size}' if found[0] != size else
+                 'has other bytes than were written' if found[1] != digest else None)
       if problem:
         raise _Damaged(f'{name} {problem}')
 
@@ -189,18 +189,6 @@ class Checkpointer:
 
 class _Damaged(Exception):
   """A checkpoint file that is not as it was written (`Checkpointer._verify`)."""
-
-
-def _checksums(directory: str) -> dict[str, list]:
-  """{path relative to `directory`: [size, sha256]} of every file under a complete checkpoint directory."""
-  recorded = {}
-  for root, _, files in os.walk(directory):
-    for name in files:
-      path = os.path.join(root, name)
-      relative = os.path.relpath(path, directory)
-      if relative != CHECKSUMS:
-        recorded[relative] = [os.path.getsize(path), fileio.sha256(path)]
-  return recorded
 
 
 def _reason(error: Exception) -> str:
@@ -239,10 +227,15 @@ _ignore_late_callbacks_of_failed_reads()
 
 
 class _OrbaxTracebacks(logging.Filter):
-  """Drops error logs whose traceback runs through orbax: the exception is raised to Checkpointer, which reports
-  it in one line (a full disk otherwise prints six tracebacks from orbax's writer threads and asyncio)."""
+  """Drops error logs whose traceback runs through orbax, and asyncio's reports of unretrieved futures: the exception
+  is raised to Checkpointer, which reports it in one line (a full disk otherwise prints six tracebacks from orbax's
+  writer threads and asyncio)."""
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == 'asyncio' and 'exception was never retrieved' in record.getMessage():
+      # electra_jax runs no event loop of its own: these are tensorstore's write futures that failed with the error
+      # orbax already raised (a full disk), collected at exit with no traceback to recognise them by.
+      return False
     if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
       return True
     return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
@@ -252,14 +245,13 @@ for _logger in ('absl', 'asyncio'):  # orbax logs through absl.logging; asyncio 
   logging.getLogger(_logger).addFilter(_OrbaxTracebacks())
 
 
-def load_config(workdir: str) -> config_lib.TrainConfig:
+def load_config(workdir) -> config_lib.TrainConfig:
   """The run's WORKDIR/config.json as a TrainConfig; model.vocab_size 0 is read from WORKDIR/tokenizer.model."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.isfile(path):
+  path = fileio.path(workdir) / 'config.json'
+  if not path.is_file():
     raise CheckpointError(f'{workdir} has no config.json: give the --workdir of a pre-training run or the output '
                           'of `python -m electra_jax.convert`')
-  with open(path, encoding='utf-8') as f:
-    values = json.load(f)
+  values = json.loads(path.read_text())
   vocab_size = None
   if not values.get('model', {}).get('vocab_size'):
     from electra_jax.data import tokenizer  # pylint: disable=g-import-not-at-top  (only runs' configs need it)
@@ -282,7 +274,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
   `model.apply({'params': params}, ...)`.
   """
   config = load_config(workdir)
-  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if not (fileio.path(workdir) / 'checkpoints').is_dir():
     raise CheckpointError(f'{workdir} has no checkpoints/ directory: nothing to load')
   checkpointer = Checkpointer(workdir)
   try:

@@ -77,7 +77,7 @@ def run(fn, *args):
     return fn(*args)
   except USER_ERRORS as e:
     print(f'error: {e}', file=sys.stderr)
-  except OSError as e:  # a missing input, a full disk, a read-only directory
+  except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     print(f'error: {fileio.describe(e)}', file=sys.stderr)
   sys.exit(1)
 

@@ -290,33 +290,35 @@ def _init_generator(model: ModelConfig, found: dict, missing: list[Path], seed: 
 
 
 def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
-  """The state dict in an HF model directory (model.safetensors or pytorch_model.bin) as numpy arrays."""
-  safetensors_file = os.path.join(directory, 'model.safetensors')
-  torch_file = os.path.join(directory, 'pytorch_model.bin')
-  if os.path.isfile(safetensors_file):
-    try:
-      from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-      return load_file(safetensors_file)
-    except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
-      from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
-      return {k: v.float().numpy() for k, v in load_file(safetensors_file).items()}
-  if os.path.isfile(torch_file):
+  """The state dict in an HF model directory (local or gs://: model.safetensors or pytorch_model.bin) as numpy
+  arrays."""
+  safetensors_file = fileio.path(directory) / 'model.safetensors'
+  torch_file = fileio.path(directory) / 'pytorch_model.bin'
+  if safetensors_file.is_file():
+    with fileio.local_file(safetensors_file) as local:
+      try:
+        from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+        return load_file(local)
+      except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
+        from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
+        return {k: v.float().numpy() for k, v in load_file(local).items()}
+  if torch_file.is_file():
     try:
       import torch  # pylint: disable=g-import-not-at-top
     except ImportError:
       raise ConversionError(f'{torch_file} is a PyTorch pickle, which needs torch to read: pip install torch, '
                             'or give a directory with model.safetensors') from None
-    state = torch.load(torch_file, map_location='cpu', weights_only=True)
+    with fileio.local_file(torch_file) as local:
+      state = torch.load(local, map_location='cpu', weights_only=True)
     return {k: v.float().numpy() for k, v in state.items()}
   raise ConversionError(f'{directory} has neither model.safetensors nor pytorch_model.bin (sharded checkpoints '
                         'are not supported; ELECTRA models fit one file)')
 
 
-def _read_json(path: str) -> dict:
-  if not os.path.isfile(path):
+def _read_json(path) -> dict:
+  if not fileio.path(path).is_file():
     raise ConversionError(f'{path} does not exist: give a Hugging Face model directory (config.json + weights)')
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  return json.loads(fileio.path(path).read_text())
 
 
 def _hf_base_names(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -384,7 +386,7 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
   except ImportError:
     raise ConversionError("reading Google's original TF checkpoints needs TensorFlow, which is not installed: "
                           'pip install tensorflow') from None
-  if os.path.isdir(path):
+  if tf.io.gfile.isdir(path):  # TensorFlow reads gs:// itself
     path = tf.train.latest_checkpoint(path) or path
   reader = tf.train.load_checkpoint(path)
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
@@ -395,40 +397,38 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
 # Workdirs.
 
 
-def _copy_tokenizer_files(source: str, destination: str) -> list[str]:
+def _copy_tokenizer_files(source, destination) -> list[str]:
   copied = []
   for name in TOKENIZER_FILES:
-    if os.path.isfile(os.path.join(source, name)):
-      fileio.copy(os.path.join(source, name), os.path.join(destination, name))
+    if (fileio.path(source) / name).is_file():
+      fileio.copy(fileio.path(source) / name, fileio.path(destination) / name)
       copied.append(name)
   return copied
 
 
-def _do_lower_case(directory: str) -> bool | None:
+def _do_lower_case(directory) -> bool | None:
   """tokenizer_config.json's do_lower_case; None (the tokenizer file decides) if it says nothing."""
-  path = os.path.join(directory, 'tokenizer_config.json')
-  if os.path.isfile(path):
-    with open(path, encoding='utf-8') as f:
-      value = json.load(f).get('do_lower_case')
+  path = fileio.path(directory) / 'tokenizer_config.json'
+  if path.is_file():
+    value = json.loads(path.read_text()).get('do_lower_case')
     return None if value is None else bool(value)
   return None
 
 
 def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None):
   """Writes `out` as the trainer would: config.json, tokenizer files and checkpoints/0/ (fresh optimiser state)."""
-  out = os.path.abspath(out)
-  if os.path.exists(os.path.join(out, 'config.json')) or os.path.exists(os.path.join(out, 'checkpoints')):
+  out = fileio.path(out)
+  if (out / 'config.json').exists() or (out / 'checkpoints').exists():
     raise ConversionError(f'{out} already holds a run; give a new --out directory')
-  os.makedirs(out, exist_ok=True)
   config = default_config.get_config()
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
   for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
     if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-      tokenizer = data.tokenizer.load(os.path.join(out, name), lowercase=_do_lower_case(out))
+      tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
       tokenizer.save(out)
-      config.data.update(tokenizer=out, vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
+      config.data.update(tokenizer=os.fspath(out), vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
       break
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
@@ -437,18 +437,18 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   checkpointer = checkpoint.Checkpointer(out)
   checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
   checkpointer.close()
-  fileio.write_json(os.path.join(out, 'config.json'), config.to_dict())
+  fileio.write_json(out / 'config.json', config.to_dict())
 
 
 def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):
   """HF ElectraForPreTraining (and ElectraForMaskedLM) directories -> an electra_jax workdir `out`."""
-  disc_config = _read_json(os.path.join(hf_dir, 'config.json'))
-  gen_config = _read_json(os.path.join(generator_dir, 'config.json')) if generator_dir else None
+  disc_config = _read_json(fileio.path(hf_dir) / 'config.json')
+  gen_config = _read_json(fileio.path(generator_dir) / 'config.json') if generator_dir else None
   model_section = model_section_from_hf(disc_config, gen_config)
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_hf(model, read_hf_weights(hf_dir),
                           read_hf_weights(generator_dir) if generator_dir else None, seed=seed)
-  has_tokenizer = any(os.path.isfile(os.path.join(hf_dir, n)) for n in TOKENIZER_FILES)
+  has_tokenizer = any((fileio.path(hf_dir) / n).is_file() for n in TOKENIZER_FILES)
   write_workdir(out, model_section, params, tokenizer_dir=hf_dir if has_tokenizer else generator_dir)
 
 
@@ -458,7 +458,8 @@ def import_tf(tf_checkpoint: str, out: str, *, seed: int = 0):
   model_section = model_section_from_tf({k: v.shape for k, v in weights.items()})
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_tf(model, weights, seed=seed)
-  directory = tf_checkpoint if os.path.isdir(tf_checkpoint) else os.path.dirname(os.path.abspath(tf_checkpoint))
+  checkpoint_path = fileio.path(tf_checkpoint)
+  directory = os.fspath(checkpoint_path if checkpoint_path.is_dir() else checkpoint_path.parent)
   write_workdir(out, model_section, params, tokenizer_dir=directory)
 
 
@@ -484,7 +485,7 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
 
 def export_hf(workdir: str, out: str, *, step: int | None = None):
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
   config, params = checkpoint.load_params(workdir, step)
   if config.model.tying != 'embeddings':
     raise ConversionError(
@@ -493,10 +494,10 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
         'For the discriminator alone, fine-tune from the workdir directly (--config.init_checkpoint)')
   configs = hf_configs(config.model, _pad_id(workdir))
   for what, state_dict in hf_state_dicts(params).items():
-    directory = os.path.join(out, what)
-    os.makedirs(directory, exist_ok=True)
-    save_file(state_dict, os.path.join(directory, 'model.safetensors'), metadata={'format': 'pt'})
-    fileio.write_json(os.path.join(directory, 'config.json'), configs[what])
+    directory = fileio.path(out) / what
+    with fileio.atomic_writer(directory / 'model.safetensors') as f:
+      f.write(save(state_dict, metadata={'format': 'pt'}))
+    fileio.write_json(directory / 'config.json', configs[what])
     _copy_tokenizer_files(workdir, directory)
 
 
@@ -524,17 +525,17 @@ def main(argv=None):
   try:
     if args.from_hf:
       import_hf(args.from_hf, args.out, generator_dir=args.from_hf_generator, seed=args.seed)
-      print(f'wrote {os.path.abspath(args.out)}')
+      print(f'wrote {fileio.path(args.out)}')
     elif args.from_tf:
       import_tf(args.from_tf, args.out, seed=args.seed)
-      print(f'wrote {os.path.abspath(args.out)}')
+      print(f'wrote {fileio.path(args.out)}')
     else:
       export_hf(args.checkpoint, args.to_hf, step=args.step)
-      print(f'wrote {os.path.join(args.to_hf, DISC)} and {os.path.join(args.to_hf, GEN)}')
+      print(f'wrote {fileio.path(args.to_hf) / DISC} and {fileio.path(args.to_hf) / GEN}')
   except (ConversionError, config_lib.ConfigError, data.DataError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  except OSError as e:
+  except fileio.storage_errors() as e:
     print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 

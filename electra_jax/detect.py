@@ -12,7 +12,6 @@ older transformers ship) or WORKDIR/tokenizer.json (WordPiece, what transformers
 import argparse
 import functools
 import json
-import os
 import sys
 
 import jax
@@ -60,7 +59,7 @@ class Detector:
   """A workdir's discriminator and tokenizer, loaded once for any number of texts."""
 
   def __init__(self, workdir: str, step: int | None = None):
-    if not os.path.isdir(workdir):
+    if not fileio.path(workdir).is_dir():
       raise DetectError(f'{workdir} does not exist: give the workdir of a pre-training run or of an import '
                         '(python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
@@ -102,7 +101,7 @@ def main(argv=None):
   except (DetectError, checkpoint.CheckpointError, config_lib.ConfigError, data.DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  except OSError as e:
+  except fileio.storage_errors() as e:
     print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
   print(json.dumps(rows, ensure_ascii=False) if args.json else format_table(rows))

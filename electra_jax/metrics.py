@@ -19,25 +19,30 @@ def accumulate(total, metrics):
   return metrics if total is None else jax.tree.map(lambda a, b: a + b, total, metrics)
 
 
+UPLOAD_SECONDS = 60.0  # how often a gs:// workdir's metrics.jsonl and TensorBoard events are brought up to date
+
+
 class MetricsWriter:
   """Appends to metrics.jsonl and writes TensorBoard scalars; does nothing on processes other than 0.
 
   A run resumed from the checkpoint of step `resumed_at` first drops the lines of later steps (and a line cut
   short by a crash): those steps are trained again, so the file reads as one uninterrupted run. TensorBoard's
-  `purge_step` does the same for the events.
+  `purge_step` does the same for the events. With a gs:// workdir both are written to a local staging directory
+  (`fileio.Staging`: objects cannot be appended to) and uploaded every `UPLOAD_SECONDS` and when it closes.
   """
 
-  def __init__(self, workdir: str, resumed_at: int = 0):
+  def __init__(self, workdir, resumed_at: int = 0):
     self.active = jax.process_index() == 0
-    self.jsonl = self.tensorboard = None
+    self.jsonl = self.tensorboard = self.staging = None
     if not self.active:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    path = os.path.join(workdir, 'metrics.jsonl')
-    if os.path.exists(path):
+    self.staging = fileio.Staging(workdir, fetch=['metrics.jsonl'])
+    path = self.staging.local / 'metrics.jsonl'
+    if path.exists():
       _truncate_after(path, resumed_at)
     self.jsonl = open(path, 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resumed_at + 1)
+    self.tensorboard = SummaryWriter(os.fspath(self.staging.local / 'tensorboard'), purge_step=resumed_at + 1)
 
   def write(self, step: int, scalars: dict[str, float]):
     if not self.active:
@@ -47,6 +52,7 @@ class MetricsWriter:
     for name, value in scalars.items():
       self.tensorboard.add_scalar(name, value, step)
     self.tensorboard.flush()
+    self.staging.sync(every=UPLOAD_SECONDS)
 
   def close(self):
     """Closes the files (again: a no-op)."""
@@ -56,6 +62,9 @@ class MetricsWriter:
     if self.tensorboard is not None:
       tensorboard, self.tensorboard = self.tensorboard, None
       tensorboard.close()
+    if self.staging is not None:
+      self.staging.close()  # raises (keeping the files) if it cannot upload them
+      self.staging = None
 
 
 def _truncate_after(path: str, step: int):

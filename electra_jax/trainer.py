@@ -7,7 +7,6 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 import contextlib
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -50,13 +49,12 @@ class _StopSignal:
       signal.signal(sig, handler)
 
 
-def _check_resume_config(workdir: str, config_dict: dict):
+def _check_resume_config(workdir, config_dict: dict):
   """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  path = workdir / 'config.json'
+  if not path.exists():
     return
-  with open(path, encoding='utf-8') as f:
-    saved = json.load(f)
+  saved = json.loads(path.read_text())
   for section in FROZEN_ON_RESUME:
     old, new = saved.get(section), json.loads(json.dumps(config_dict.get(section)))
     if old != new:
@@ -75,7 +73,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   would (tests use it).
   """
   config_dict = config.to_dict()
-  workdir = os.path.abspath(os.path.expanduser(workdir))
+  workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
   data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
   tokenizer = data.load_tokenizer(data_config)
@@ -89,7 +87,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   examples = data.load_examples(data_config, tokenizer, seed=c.seed)
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
-  if os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if (workdir / 'checkpoints').is_dir():
     _check_resume_config(workdir, config_dict)
 
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
@@ -113,7 +111,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     return {}
 
   if jax.process_index() == 0:
-    fileio.write_json(os.path.join(workdir, 'config.json'), config_dict)
+    fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
   step_flops = flops.train_flops_per_step(c)
   if jax.process_index() == 0:

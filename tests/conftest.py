@@ -1,4 +1,5 @@
-"""Shared test setup: 8 faked CPU devices (set before jax is imported) and small generated fixtures."""
+"""Shared test setup: 8 faked CPU devices (set before jax is imported), small generated fixtures and a local
+Cloud Storage emulator."""
 
 import os
 
@@ -7,8 +8,19 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8 --x
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import gzip  # pylint: disable=g-import-not-at-top,wrong-import-position
+import http.server
+import json
 import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
 
+import jax
+from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 WORDS = ('the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank '
@@ -39,6 +51,22 @@ def cache_dir(tmp_path_factory):
   path = tmp_path_factory.mktemp('electra_cache')
   os.environ['ELECTRA_JAX_CACHE'] = str(path)
   return str(path)
+
+
+@pytest.fixture(scope='module')
+def compile_once(tmp_path_factory):
+  """A persistent compilation cache for one module's runs: runs of the same config build the same programs (same
+  shapes, new jit objects), so they compile once. Tests that compare runs bit for bit then also run one program."""
+  names = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
+           'jax_persistent_cache_min_entry_size_bytes')
+  saved = {name: getattr(jax.config, name) for name in names}
+  for name, value in zip(names, (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)):
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which may have happened
+  yield
+  for name, value in saved.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope='session')
@@ -89,3 +117,93 @@ def override(config, overrides: dict, sep: str = '.'):
       node = node[part]
     node[key] = value
   return config
+
+
+GCS_BUCKET = 'electra-test'
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def emulator_environment(url: str) -> dict[str, str]:
+  """What points every Cloud Storage client of a run at the server at `url` instead of storage.googleapis.com."""
+  return {
+      'STORAGE_EMULATOR_HOST': url,  # gcsfs (epath's gs:// backend) and google-cloud-storage
+      'TENSORSTORE_GCS_HTTP_URL': url,  # tensorstore: orbax's checkpoint arrays
+      'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'fake',  # tensorstore: no credential lookup
+      # gcsfs would first ask the Storage Control API (which the emulator lacks) for the bucket's layout and, with
+      # no credentials, log a warning on every call.
+      'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
+  }
+
+
+@pytest.fixture(scope='session')
+def gcs_bucket(tmp_path_factory):
+  """A local Cloud Storage emulator (gcp-storage-emulator, in memory, on a free port) holding one empty bucket;
+  yields 'gs://BUCKET'. The environment points this process's and its subprocesses' clients at it."""
+  port = free_port()
+  log = tmp_path_factory.mktemp('gcs') / 'emulator.log'
+  with open(log, 'wb') as out:
+    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), 'gcs_emulator.py'), 'start',
+                               '--host=127.0.0.1',
+                               f'--port={port}', '--in-memory', f'--default-bucket={GCS_BUCKET}'],
+                              stdout=out, stderr=subprocess.STDOUT)
+  url = f'http://127.0.0.1:{port}'
+  try:
+    deadline = time.time() + 60
+    while True:
+      try:
+        with urllib.request.urlopen(f'{url}/storage/v1/b/{GCS_BUCKET}', timeout=5) as response:
+          if response.status == 200:
+            break
+      except OSError:
+        pass
+      if server.poll() is not None or time.time() > deadline:
+        pytest.fail(f'the Cloud Storage emulator did not start: {log.read_text()[-2000:]}')
+      time.sleep(0.2)
+    with pytest.MonkeyPatch.context() as patch:
+      for name, value in emulator_environment(url).items():
+        patch.setenv(name, value)
+      yield f'gs://{GCS_BUCKET}'
+  finally:
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture
+def gcs_dir(gcs_bucket):
+  """A fresh gs:// directory for one test."""
+  return f'{gcs_bucket}/{uuid.uuid4().hex[:12]}'
+
+
+class _Forbidden(http.server.BaseHTTPRequestHandler):
+  """Answers every request as Cloud Storage answers an account without permission."""
+
+  def _deny(self):
+    body = json.dumps({'error': {'code': 403, 'message': 'tester@example.com does not have storage.objects.list '
+                                 'access to the Google Cloud Storage bucket.', 'errors': [{'reason': 'forbidden'}]}})
+    self.send_response(403)
+    self.send_header('Content-Type', 'application/json')
+    self.send_header('Content-Length', str(len(body)))
+    self.end_headers()
+    self.wfile.write(body.encode())
+
+  do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _deny
+
+  def log_message(self, *args):
+    del args
+
+
+@pytest.fixture(scope='module')
+def forbidden_gcs_environment():
+  """The environment (for a subprocess) of a machine whose credentials Cloud Storage refuses: every request is
+  answered 403 by a local server."""
+  server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Forbidden)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield dict(os.environ, **emulator_environment(f'http://127.0.0.1:{server.server_address[1]}'))
+  server.shutdown()
+  server.server_close()

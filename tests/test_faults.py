@@ -304,6 +304,28 @@ print(json.dumps({'first': [first.returncode, first_err], 'complete': complete,
 '''
 
 
+def test_unretrieved_failed_writes_are_not_printed_after_the_error_line(capfd):
+  """tensorstore's write futures that failed on a full disk are collected at exit, when asyncio reports each one with
+  no traceback; the error was already raised to the checkpointer and said in one line, so nothing more is printed."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import gc  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  logging.getLogger('asyncio').addHandler(handler := logging.StreamHandler())
+  try:
+    loop = asyncio.new_event_loop()
+    future = loop.create_future()
+    future.set_exception(OSError(errno.ENOSPC, 'No space left on device'))
+    del future
+    gc.collect()
+    loop.close()
+    logging.getLogger('asyncio').error('an unrelated asyncio error')
+  finally:
+    logging.getLogger('asyncio').removeHandler(handler)
+  err = capfd.readouterr().err
+  assert 'never retrieved' not in err and 'No space left' not in err, err
+  assert 'an unrelated asyncio error' in err  # the filter drops only those reports
+
+
 @pytest.mark.skipif(not _unshare_works(), reason='cannot mount a tmpfs here (unshare -rm refused)')
 def test_full_tmpfs_stops_with_one_line_and_the_same_command_resumes(tmp_path, corpus, cache_dir, reference):
   """A real full disk: a 32 MB tmpfs filled while the run writes its checkpoints."""

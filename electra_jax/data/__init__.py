@@ -1,10 +1,11 @@
 """Pre-training data: text -> tokenizer -> packed examples -> batches.
 
 What the trainer calls: `load_tokenizer(config)`, `load_examples(config, tokenizer, seed)` and `BatchIterator`.
-`data.source` is text files, `tfds:NAME[/CONFIG]`, or a directory `python -m electra_jax.data build` wrote. Text
-sources are packed in memory on first use; that and any tokenizer trained here are cached under `data.cache_dir`,
-keyed by the source (paths, sizes, mtimes) and the settings, so a second run starts at once. Large corpora are
-built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on demand.
+`data.source` is text files, `tfds:NAME[/CONFIG]`, or a directory `python -m electra_jax.data build` wrote, local
+or gs://. Text sources are packed in memory on first use; that and any tokenizer trained here are cached under
+`data.cache_dir`, keyed by the source (paths, sizes, mtimes) and the settings, so a second run starts at once. Large
+corpora are built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on demand; shards
+on gs:// are read from a verified local copy in `data.cache_dir` (array_record opens local files only).
 """
 
 import dataclasses
@@ -50,7 +51,12 @@ class DataConfig:
 
 
 def cache_dir(config: DataConfig) -> str:
-  return os.path.expanduser(config.cache_dir or os.environ.get('ELECTRA_JAX_CACHE', '~/.cache/electra_jax'))
+  """The local cache directory (tokenizers, packed text, copies of gs:// shards): each host keeps its own."""
+  directory = config.cache_dir or corpus.default_cache_dir()
+  if fileio.is_remote(directory):
+    raise DataError(f'data.cache_dir={directory!r} must be a local directory: it holds what each machine reads '
+                    'at random (packed examples, copies of gs:// shards); leave it empty for ~/.cache/electra_jax')
+  return os.path.expanduser(directory)
 
 
 def _fingerprint(*parts) -> str:
@@ -60,7 +66,21 @@ def _fingerprint(*parts) -> str:
 def open_source(config: DataConfig) -> corpus.TextFiles | corpus.TfdsText:
   """The text source of `config` (not for a built directory: see `examples.is_built`)."""
   return corpus.open_source(config.source, text_field=config.text_field, tfds_split=config.tfds_split,
-                            tfds_data_dir=config.tfds_data_dir)
+                            tfds_data_dir=config.tfds_data_dir, cache_dir=cache_dir(config))
+
+
+def built_directory(config: DataConfig) -> str:
+  """The built `data.source` as a local directory: itself, or for gs:// a verified copy in the cache."""
+  if not fileio.is_remote(config.source):
+    return os.path.expanduser(config.source)
+  metadata = examples_lib.read_metadata(config.source)
+  names = [examples_lib.METADATA, tokenizer_lib.CONFIG_FILE, metadata['tokenizer']['file']]
+  try:
+    return fileio.local_copy(config.source, names + [shard['file'] for shard in metadata['shards']],
+                             cache_dir(config))
+  except OSError as e:
+    raise DataError(f'cannot copy the built dataset {config.source} to the local cache: '
+                    f'{fileio.describe(e)}') from None
 
 
 def load_tokenizer(config: DataConfig) -> Tokenizer:
@@ -68,7 +88,7 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   if config.tokenizer:
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):
-    return tokenizer_lib.load(os.path.expanduser(config.source))
+    return tokenizer_lib.load(built_directory(config))
   source = open_source(config)
   key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
@@ -86,7 +106,7 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
   of text sources; a built directory was packed with the seed given to `build`.
   """
   if examples_lib.is_built(config.source):
-    built = examples_lib.ArrayRecordExamples(config.source)
+    built = examples_lib.ArrayRecordExamples(built_directory(config))
     metadata = built.metadata
     if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
       raise DataError(f'{config.source} was built with another tokenizer than {tokenizer.model_file} '

@@ -37,7 +37,8 @@ def _log(message: str):
 
 
 def train_tokenizer(args):
-  if os.path.isdir(args.output) and os.listdir(args.output) and not args.overwrite:
+  output = fileio.path(args.output)
+  if output.is_dir() and any(output.iterdir()) and not args.overwrite:
     raise data.DataError(f'{args.output} already exists; pass --overwrite to replace it, or choose another --output')
   config = _config(args)
   source = data.open_source(config)
@@ -159,7 +160,7 @@ def main(argv=None):
   except data.DataError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  except OSError as e:
+  except fileio.storage_errors() as e:
     print(f'error: {fileio.describe(e)}', file=sys.stderr)
     sys.exit(1)
 

@@ -18,6 +18,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from electra_jax import fileio
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import packing
 from electra_jax.data.corpus import DataError
@@ -117,6 +118,10 @@ def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, 
 
 def check_output(output: str, overwrite: bool):
   """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`."""
+  if fileio.is_remote(output):
+    raise DataError(f'--output={output}: build writes ArrayRecord shards, which array_record writes to local files '
+                    'only; build to a local directory, then copy it up (`gcloud storage cp -r DIR gs://...`) and '
+                    'train with data.source=gs://.../DIR')
   output = os.path.abspath(os.path.expanduser(output))
   if os.path.isdir(output) and not os.listdir(output):
     return

@@ -1,20 +1,25 @@
 """Pre-training text sources, read as documents (each a list of non-empty lines).
 
 Two kinds, chosen by `data.source` (see `open_source`):
-  * local text: a file, a directory or a glob of plain or gzipped UTF-8 text with one sentence or paragraph per line
-    and a blank line between documents, as the official ELECTRA builder expects ('' = the quickstart corpus);
+  * text: a file, a directory or a glob, local or gs://, of plain or gzipped UTF-8 text with one sentence or
+    paragraph per line and a blank line between documents, as the official ELECTRA builder expects ('' = the
+    quickstart corpus);
   * `tfds:NAME[/CONFIG][:VERSION]`: a tensorflow-datasets dataset read through `tfds.data_source` (ArrayRecord
     files, no TensorFlow needed); each record is a document whose text field is split into paragraphs on newlines.
+    A gs:// data_dir is copied to the local cache first (array_record reads local files only).
 Problems with the input are `DataError`s whose message says what to do; records that cannot be used (empty,
 undecodable) are skipped and counted in `skipped`.
 """
 
 import collections
+import contextlib
 import glob
 import gzip
 import os
 import random
 from typing import Iterator
+
+from electra_jax import fileio
 
 QUICKSTART = os.path.join(os.path.dirname(__file__), 'quickstart', 'kjv.txt.gz')
 TFDS_PREFIX = 'tfds:'
@@ -24,10 +29,25 @@ class DataError(ValueError):
   """Input data the user must fix; the message says how."""
 
 
+def default_cache_dir() -> str:
+  """$ELECTRA_JAX_CACHE, else ~/.cache/electra_jax: where a machine keeps tokenizers trained here, packed text and
+  local copies of gs:// ArrayRecord files."""
+  return os.path.expanduser(os.environ.get('ELECTRA_JAX_CACHE', '~/.cache/electra_jax'))
+
+
 def resolve_files(source: str) -> list[str]:
   """Expands `source` (a file, a directory, or a glob; '' = the quickstart corpus) to a sorted file list."""
   if not source:
     return [QUICKSTART]
+  if fileio.is_remote(source):
+    try:
+      files = fileio.list_files(source)
+    except (OSError, ValueError) as e:  # no bucket or no access; a malformed glob
+      raise DataError(f'data.source={source!r}: {fileio.describe(e)}') from None
+    if not files:
+      raise DataError(f'no objects found at data.source={source!r}; give an object, a directory or a glob such as '
+                      "'gs://BUCKET/corpus/*.txt.gz' (`gcloud storage ls` shows what is there)")
+    return files
   source = os.path.expanduser(source)
   if os.path.isdir(source):
     files = [os.path.join(root, f) for root, _, names in os.walk(source) for f in names if not f.startswith('.')]
@@ -41,10 +61,17 @@ def resolve_files(source: str) -> list[str]:
   return files
 
 
+@contextlib.contextmanager
 def _open(path: str):
-  with open(path, 'rb') as f:
+  """The bytes of a local or remote file, decompressed if it is gzipped (whatever its name)."""
+  with fileio.path(path).open('rb') as f:
     gzipped = f.read(2) == b'\x1f\x8b'
-  return gzip.open(path, 'rb') if gzipped else open(path, 'rb')
+    f.seek(0)
+    if gzipped:
+      with gzip.GzipFile(fileobj=f) as unzipped:
+        yield unzipped
+    else:
+      yield f
 
 
 def read_lines(path: str) -> Iterator[str]:
@@ -60,7 +87,9 @@ def read_lines(path: str) -> Iterator[str]:
         except UnicodeDecodeError as e:
           raise DataError(f'{path} line {number} is not valid UTF-8 ({e.reason}); convert the file to UTF-8 '
                           '(e.g. iconv -f latin1 -t utf-8) or remove it from data.source') from None
-  except (OSError, EOFError) as e:  # unreadable, or a truncated/corrupt .gz
+  except (OSError, EOFError) as e:  # unreadable, gone, or a truncated/corrupt .gz
+    if fileio.is_remote(path) and isinstance(e, OSError):  # a missing object, no access: the client's error says
+      raise DataError(fileio.describe(e)) from None
     raise DataError(f'cannot read {path}: {e}; fix or remove the file') from None
 
 
@@ -100,13 +129,21 @@ class TextFiles:
 
   def fingerprint(self) -> list:
     """What identifies the text for caches: each file's path, size and modification time."""
-    return [(os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))) for f in self.files]
+    return [_file_fingerprint(f) for f in self.files]
+
+
+def _file_fingerprint(path: str) -> tuple:
+  if fileio.is_remote(path):
+    stat = fileio.path(path).stat()
+    return path, stat.length, stat.mtime
+  return os.path.abspath(path), os.path.getsize(path), int(os.path.getmtime(path))
 
 
 class TfdsText:
   """A tensorflow-datasets split read through `tfds.data_source`: one document per record."""
 
-  def __init__(self, name: str, *, split: str = 'train', data_dir: str = '', text_field: str = 'text'):
+  def __init__(self, name: str, *, split: str = 'train', data_dir: str = '', text_field: str = 'text',
+               cache_dir: str = ''):
     try:
       import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
       # Without TensorFlow tfds does not register all text builders (wikipedia, c4, ...) until this import.
@@ -118,7 +155,11 @@ class TfdsText:
     self.skipped = collections.Counter()
     self._batched_reads = True
     try:
-      self.records = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
+      local_dir = local_tfds_copy(tfds, name, split, data_dir, cache_dir) if fileio.is_remote(data_dir) else data_dir
+      self.records = tfds.data_source(name, split=split, data_dir=local_dir or None, download=False)
+    except OSError as e:  # copying a remote data_dir: no room, an object gone, no access
+      raise DataError(f'cannot copy tensorflow-datasets {name!r} split {split!r} from {data_dir}: '
+                      f'{fileio.describe(e)}') from None
     except Exception as e:  # tfds raises many types for unknown, unprepared or non-ArrayRecord datasets
       first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise DataError(
@@ -168,8 +209,25 @@ class TfdsText:
 
   def fingerprint(self) -> list:
     info = self.records.dataset_info
-    return [self.name, self.split, os.path.abspath(self.data_dir) if self.data_dir else '', info.full_name,
-            len(self.records)]
+    data_dir = self.data_dir if fileio.is_remote(self.data_dir) or not self.data_dir else os.path.abspath(self.data_dir)
+    return [self.name, self.split, data_dir, info.full_name, len(self.records)]
+
+
+def local_tfds_copy(tfds, name: str, split: str, data_dir: str, cache_dir: str) -> str:
+  """A local data_dir holding what split `split` of dataset `name` in remote `data_dir` needs: its shards and the
+  dataset's metadata files (array_record, under tfds.data_source, opens local files only)."""
+  if not cache_dir:
+    raise ValueError('a remote tfds data_dir needs a cache_dir for its local copy')
+  builder = tfds.builder(name, data_dir=data_dir)  # reads the dataset's metadata from data_dir
+  version_dir = os.fspath(builder.data_dir)  # data_dir/NAME[/CONFIG]/VERSION
+  shards = {file for part in split.split('+') for file in builder.info.splits[part.split('[')[0].strip()].filenames}
+  names = [file[len(version_dir) + 1:] for file in fileio.list_files(version_dir)]
+  fileio.local_copy(version_dir, [n for n in names if n in shards or not _is_shard(n)], cache_dir)
+  return fileio.cache_path(cache_dir, data_dir)
+
+
+def _is_shard(name: str) -> bool:
+  return '.array_record-' in name or '.tfrecord-' in name
 
 
 def paragraphs(text, skipped: collections.Counter, field: str = 'text') -> list[str]:
@@ -189,9 +247,13 @@ def paragraphs(text, skipped: collections.Counter, field: str = 'text') -> list[
   return document
 
 
-def open_source(source: str, *, text_field: str = 'text', tfds_split: str = 'train',
-                tfds_data_dir: str = '') -> TextFiles | TfdsText:
-  """The text source `source` names: 'tfds:NAME[/CONFIG][:VERSION]', or text files (see `resolve_files`)."""
+def open_source(source: str, *, text_field: str = 'text', tfds_split: str = 'train', tfds_data_dir: str = '',
+                cache_dir: str = '') -> TextFiles | TfdsText:
+  """The text source `source` names: 'tfds:NAME[/CONFIG][:VERSION]', or text files (see `resolve_files`).
+
+  `cache_dir` receives the local copy of a gs:// `tfds_data_dir`.
+  """
   if source.startswith(TFDS_PREFIX):
-    return TfdsText(source[len(TFDS_PREFIX):], split=tfds_split, data_dir=tfds_data_dir, text_field=text_field)
+    return TfdsText(source[len(TFDS_PREFIX):], split=tfds_split, data_dir=tfds_data_dir, text_field=text_field,
+                    cache_dir=cache_dir)
   return TextFiles(source)

@@ -29,13 +29,16 @@ SHARD_PATTERN = 'examples-{:05d}.array_record'
 
 
 def is_built(path: str) -> bool:
-  """Whether `path` is a directory `build` wrote (recognised by its metadata file)."""
-  return bool(path) and os.path.isfile(os.path.join(os.path.expanduser(path), METADATA))
+  """Whether `path` (local or gs://) is a directory `build` wrote (recognised by its metadata file). False when it
+  cannot be read: reading it as text then says why."""
+  try:
+    return bool(path) and (fileio.path(path) / METADATA).is_file()
+  except fileio.storage_errors():  # no access to the bucket
+    return False
 
 
 def read_metadata(directory: str) -> dict:
-  with open(os.path.join(directory, METADATA), encoding='utf-8') as f:
-    metadata = json.load(f)
+  metadata = json.loads((fileio.path(directory) / METADATA).read_text())
   if metadata.get('format') != FORMAT or metadata.get('version') != VERSION:
     raise DataError(f'{directory} holds {metadata.get("format")} version {metadata.get("version")}, not '
                     f'{FORMAT} version {VERSION}; rebuild it with `python -m electra_jax.data build`')

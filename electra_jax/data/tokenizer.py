@@ -63,23 +63,23 @@ class Tokenizer:
   def pieces(self, ids: Iterable[int]) -> list[str]:
     raise NotImplementedError
 
+  model_bytes: bytes  # the tokenizer file's content, read once (it may be a gs:// object)
+
   @property
   def fingerprint(self) -> str:
     """sha256 of the tokenizer file, kind and casing: what a packed dataset was tokenized with."""
-    digest = hashlib.sha256(f'{self.kind}:{self.lowercase}:'.encode())
-    with open(self.model_file, 'rb') as f:
-      digest.update(f.read())
-    return digest.hexdigest()
+    return hashlib.sha256(f'{self.kind}:{self.lowercase}:'.encode() + self.model_bytes).hexdigest()
 
-  def save(self, directory: str) -> str:
-    """Writes the tokenizer file and electra_tokenizer.json into `directory`; returns the tokenizer file's path."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, self.file_name)
-    if os.path.abspath(path) != os.path.abspath(self.model_file):
-      fileio.copy(self.model_file, path)
-    fileio.write_json(os.path.join(directory, CONFIG_FILE),
+  def save(self, directory) -> str:
+    """Writes the tokenizer file and electra_tokenizer.json into `directory` (local or gs://); returns the
+    tokenizer file's path."""
+    path = fileio.path(directory) / self.file_name
+    if path != fileio.path(self.model_file):
+      with fileio.atomic_writer(path) as f:
+        f.write(self.model_bytes)
+    fileio.write_json(fileio.path(directory) / CONFIG_FILE,
                       {'type': self.kind, 'file': self.file_name, 'lowercase': self.lowercase})
-    return path
+    return str(path)
 
   def __reduce__(self):
     # Worker processes rebuild the tokenizer from its file rather than pickling library objects.
@@ -94,8 +94,9 @@ class SentencePieceTokenizer(Tokenizer):
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
     import sentencepiece as spm  # pylint: disable=g-import-not-at-top
     self.num_threads = num_threads
+    self.model_bytes = _read_bytes(model_file)
     try:
-      self.sp = spm.SentencePieceProcessor(model_file=model_file, num_threads=num_threads)
+      self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes, num_threads=num_threads)
     except (RuntimeError, OSError) as e:
       raise DataError(f'{model_file!r} is not a SentencePiece model ({e})') from None
     self.model_file, self.lowercase = model_file, lowercase
@@ -132,12 +133,13 @@ class WordPieceTokenizer(Tokenizer):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
     self.num_threads = num_threads
+    self.model_bytes = _read_bytes(model_file)
     options = {}
     if model_file.endswith('.json'):
       self.file_name = HF_TOKENIZER_FILE
-      vocab, options = _read_tokenizer_json(model_file)
+      vocab, options = _read_tokenizer_json(model_file, self.model_bytes)
     else:
-      vocab = _read_vocab(model_file)
+      vocab = _read_vocab(model_file, self.model_bytes)
     # BertWordPieceTokenizer would silently append missing special tokens: check them first.
     self.special = _special_ids(vocab, model_file)
     self.model_file, self.lowercase = model_file, lowercase
@@ -158,10 +160,16 @@ class WordPieceTokenizer(Tokenizer):
     return [self.tokenizer.id_to_token(int(i)) for i in ids]
 
 
-def _read_vocab(path: str) -> dict[str, int]:
+def _read_bytes(path: str) -> bytes:
   try:
-    with open(path, encoding='utf-8') as f:
-      tokens = [line.rstrip('\r\n') for line in f]
+    return fileio.path(path).read_bytes()
+  except OSError as e:
+    raise DataError(f'cannot read tokenizer {path!r}: {fileio.describe(e)}') from None
+
+
+def _read_vocab(path: str, content: bytes) -> dict[str, int]:
+  try:
+    tokens = [line.rstrip('\r') for line in content.decode('utf-8').split('\n')]
   except UnicodeDecodeError:
     raise DataError(f'{path!r} is not a WordPiece vocab.txt (not UTF-8 text)') from None
   vocab = {}
@@ -173,9 +181,9 @@ def _read_vocab(path: str) -> dict[str, int]:
   return vocab
 
 
-def _read_tokenizer_json(path: str) -> tuple[dict[str, int], dict]:
+def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dict]:
   """The WordPiece vocabulary of a Hugging Face tokenizer.json, and BertWordPieceTokenizer's options for it."""
-  model = _read_json_object(path).get('model')
+  model = _read_json_object(path, content).get('model')
   if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
     kind = model.get('type') if isinstance(model, dict) else None
     raise DataError(f'{path!r} holds a {kind or "unknown"} tokenizer, not WordPiece; electra_jax reads WordPiece '
@@ -189,14 +197,13 @@ def _read_tokenizer_json(path: str) -> tuple[dict[str, int], dict]:
 
 def _json_lowercase(path: str) -> bool:
   """Whether a tokenizer.json lower-cases (its BertNormalizer's setting; True if it has none)."""
-  normalizer = _read_json_object(path).get('normalizer')
+  normalizer = _read_json_object(path, fileio.path(path).read_bytes()).get('normalizer')
   return bool(normalizer.get('lowercase', True)) if isinstance(normalizer, dict) else True
 
 
-def _read_json_object(path: str) -> dict:
+def _read_json_object(path: str, content: bytes) -> dict:
   try:
-    with open(path, encoding='utf-8') as f:
-      spec = json.load(f)
+    spec = json.loads(content.decode('utf-8'))
   except (UnicodeDecodeError, json.JSONDecodeError):
     spec = None
   if not isinstance(spec, dict):
@@ -208,25 +215,24 @@ def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tok
   """Reads a tokenizer: a SentencePiece .model, a WordPiece vocab.txt or Hugging Face tokenizer.json, or a
   directory holding one (`Tokenizer.save` writes such a directory).
 
-  `lowercase` None takes the casing saved with the tokenizer (uncased when nothing says).
+  `lowercase` None takes the casing saved with the tokenizer (uncased when nothing says). `path` may be gs://.
   """
-  path = os.path.expanduser(path)
-  if os.path.isdir(path):
-    config_path = os.path.join(path, CONFIG_FILE)
-    if os.path.exists(config_path):
-      with open(config_path, encoding='utf-8') as f:
-        config = json.load(f)
-      kind, file = config['type'], os.path.join(path, config['file'])
+  location = fileio.path(path)
+  path = os.fspath(location) if fileio.is_remote(location) else os.path.expanduser(os.fspath(path))
+  if location.is_dir():
+    if (location / CONFIG_FILE).exists():
+      config = json.loads((location / CONFIG_FILE).read_text())
+      kind, file = config['type'], os.fspath(location / config['file'])
       lowercase = config.get('lowercase', True) if lowercase is None else lowercase
-    elif os.path.exists(os.path.join(path, SentencePieceTokenizer.file_name)):
-      kind, file = SentencePieceTokenizer.kind, os.path.join(path, SentencePieceTokenizer.file_name)
-    elif os.path.exists(os.path.join(path, WordPieceTokenizer.file_name)):
-      kind, file = WordPieceTokenizer.kind, os.path.join(path, WordPieceTokenizer.file_name)
-    elif os.path.exists(os.path.join(path, HF_TOKENIZER_FILE)):
-      kind, file = WordPieceTokenizer.kind, os.path.join(path, HF_TOKENIZER_FILE)
+    elif (location / SentencePieceTokenizer.file_name).exists():
+      kind, file = SentencePieceTokenizer.kind, os.fspath(location / SentencePieceTokenizer.file_name)
+    elif (location / WordPieceTokenizer.file_name).exists():
+      kind, file = WordPieceTokenizer.kind, os.fspath(location / WordPieceTokenizer.file_name)
+    elif (location / HF_TOKENIZER_FILE).exists():
+      kind, file = WordPieceTokenizer.kind, os.fspath(location / HF_TOKENIZER_FILE)
     else:
       raise DataError(f'directory {path!r} holds no tokenizer (tokenizer.model, vocab.txt or tokenizer.json)')
-  elif os.path.isfile(path):
+  elif location.is_file():
     file = path
     kind = WordPieceTokenizer.kind if path.endswith(('.txt', '.json')) else SentencePieceTokenizer.kind
   else:
@@ -248,8 +254,10 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
   """
   if kind not in TYPES:
     raise DataError(f'unknown tokenizer type {kind!r}; choose one of {", ".join(TYPES)}')
-  os.makedirs(output, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=output) as tmp:
+  if not fileio.is_remote(output):
+    os.makedirs(output, exist_ok=True)
+  # The trainers write local files: beside a local output, else in the machine's temporary directory.
+  with tempfile.TemporaryDirectory(dir=None if fileio.is_remote(output) else output) as tmp:
     lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
     if kind == 'wordpiece':
       tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)

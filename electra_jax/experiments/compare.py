@@ -29,7 +29,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, data, finetune, flops, trainer
+from electra_jax import cli, data, fileio, finetune, flops, trainer
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -151,10 +151,9 @@ def _check_unchanged(saved: dict, new: dict, workdir: str, ignore: tuple[str, ..
 
 def pretrain(p: Plan, workdir: str):
   """Pre-trains run `p` in `workdir` unless every budget's checkpoint is there; resumes an interrupted run."""
-  saved = os.path.join(workdir, 'config.json')
-  if os.path.isfile(saved):
-    with open(saved, encoding='utf-8') as f:
-      _check_unchanged(json.load(f), p.config.to_dict(), workdir)
+  saved = fileio.path(workdir) / 'config.json'
+  if saved.is_file():
+    _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
   if set(p.steps) <= _saved_steps(workdir):
     print(f'{p.name}: pre-trained (checkpoints {sorted(set(p.steps))} in {workdir})', file=sys.stderr)
     return
@@ -166,7 +165,7 @@ def pretrain(p: Plan, workdir: str):
 
 
 def _saved_steps(workdir: str) -> set[int]:
-  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if not (fileio.path(workdir) / 'checkpoints').is_dir():
     return set()
   checkpointer = Checkpointer(workdir)
   steps = set(checkpointer.all_steps())
@@ -187,12 +186,11 @@ def finetune_config(config, task: str, init_checkpoint: str = '', init_step: int
 
 def finetune_once(c, workdir: str) -> dict:
   """Fine-tunes (all seeds) unless `workdir` holds results; returns {metric, seeds, scores, median}."""
-  path = os.path.join(workdir, 'results.json')
-  if os.path.isfile(path):
-    with open(os.path.join(workdir, 'finetune.json'), encoding='utf-8') as f:
-      _check_unchanged(json.load(f)['config'], c.to_dict(), workdir, ignore=('init_checkpoint',))
-    with open(path, encoding='utf-8') as f:
-      results = json.load(f)
+  path = fileio.path(workdir) / 'results.json'
+  if path.is_file():
+    _check_unchanged(json.loads((fileio.path(workdir) / 'finetune.json').read_text())['config'], c.to_dict(),
+                     workdir, ignore=('init_checkpoint',))
+    results = json.loads(path.read_text())
   else:
     results = finetune.run(c, workdir)
   metric = results['main_metric']
@@ -202,7 +200,7 @@ def finetune_once(c, workdir: str) -> dict:
 
 def run(config, workdir: str) -> dict:
   """The whole experiment (see the module docstring); returns what WORKDIR/results.json holds."""
-  workdir = os.path.abspath(workdir)
+  workdir = fileio.path(workdir)
   plans = plan(config)
   print(describe(config, plans), file=sys.stderr, flush=True)
   task_names = {}
@@ -212,7 +210,7 @@ def run(config, workdir: str) -> dict:
       raise ConfigError(f'tasks {task_names[name]!r} and {task!r} have the same name {name!r}')
     task_names[name] = task
   for p in plans:
-    pretrain(p, os.path.join(workdir, 'pretrain', p.name))
+    pretrain(p, os.fspath(workdir / 'pretrain' / p.name))
 
   results = {'flops_budgets': list(config.flops_budgets), 'seeds': config.seeds, 'tasks': task_names,
              'objectives': {}, 'scratch': {}}
@@ -222,26 +220,24 @@ def run(config, workdir: str) -> dict:
         'budgets': [{'budget': b, 'steps': s, 'train_flops': s * p.flops_per_step, 'tasks': {}}
                     for b, s in zip(config.flops_budgets, p.steps)]}
   for name, task in task_names.items():
-    results['scratch'][name] = finetune_once(finetune_config(config, task), os.path.join(workdir, 'scratch', name))
+    results['scratch'][name] = finetune_once(finetune_config(config, task), os.fspath(workdir / 'scratch' / name))
     write_results(results, workdir)
   for p in plans:
     for entry in results['objectives'][p.name]['budgets']:
       for name, task in task_names.items():
-        c = finetune_config(config, task, os.path.join(workdir, 'pretrain', p.name), entry['steps'])
+        c = finetune_config(config, task, os.fspath(workdir / 'pretrain' / p.name), entry['steps'])
         entry['tasks'][name] = finetune_once(
-            c, os.path.join(workdir, 'finetune', p.name, budget_name(entry['budget']), name))
+            c, os.fspath(workdir / 'finetune' / p.name / budget_name(entry['budget']) / name))
         write_results(results, workdir)
-  plot(results, os.path.join(workdir, 'compare.png'))
+  plot(results, workdir / 'compare.png')
   print(results_table(results), file=sys.stderr)
   return results
 
 
 def write_results(results: dict, workdir: str):
   """WORKDIR/results.json and results.md, rewritten after every fine-tuning (missing entries: '-')."""
-  with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
-    json.dump(results, f, indent=2)
-  with open(os.path.join(workdir, 'results.md'), 'w', encoding='utf-8') as f:
-    f.write(results_table(results))
+  fileio.write_json(fileio.path(workdir) / 'results.json', results)
+  fileio.write_text(fileio.path(workdir) / 'results.md', results_table(results))
 
 
 def _cell(summary: dict | None) -> str:
@@ -296,7 +292,8 @@ def plot(results: dict, path: str):
     axis.set_title(name)
     axis.grid(True, which='both', alpha=0.3)
     axis.legend(fontsize='small')
-  figure.savefig(path, dpi=120)
+  with fileio.atomic_writer(path) as f:
+    figure.savefig(f, dpi=120, format='png')
 
 
 def main(argv):

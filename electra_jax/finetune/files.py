@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any
 
+from electra_jax import fileio
 from electra_jax.data.corpus import DataError
 
 
@@ -55,15 +56,16 @@ class SquadExample:
 
 
 def read_lines(path: str) -> list[str]:
-  """The lines of a UTF-8 text file, plain or gzip (recognised by its magic bytes, whatever its name)."""
-  if not os.path.isfile(path):
+  """The lines of a UTF-8 text file (local or gs://), plain or gzip (recognised by its magic bytes, whatever its
+  name)."""
+  location = fileio.path(path)
+  if not location.is_file():
     raise DataError(f'{path} does not exist')
-  with open(path, 'rb') as f:
-    gzipped = f.read(2) == b'\x1f\x8b'
-  opener = gzip.open if gzipped else open
+  content = location.read_bytes()
   try:
-    with opener(path, 'rt', encoding='utf-8', newline='') as f:
-      text = f.read()
+    text = (gzip.decompress(content) if content[:2] == b'\x1f\x8b' else content).decode('utf-8')
+  except (OSError, EOFError) as e:  # a damaged .gz
+    raise DataError(f'{path} cannot be read ({e}); fix or replace it') from None
   except UnicodeDecodeError as e:
     raise DataError(f'{path} is not valid UTF-8 ({e.reason}); convert it to UTF-8') from None
   return text.removeprefix('\ufeff').splitlines()  # GLUE's MRPC header keeps its source's byte-order mark
@@ -198,19 +200,19 @@ GLUE_FILES = {'train': 'train.tsv', 'validation': 'dev.tsv', 'validation_matched
 
 def glue_task_dir(glue_dir: str, fmt: GlueFormat) -> str:
   """The task's directory: GLUE_DIR/<folder> (e.g. glue_data/RTE), or GLUE_DIR itself if it is that folder."""
-  for candidate in (os.path.join(glue_dir, fmt.folder), glue_dir):
-    if any(os.path.isfile(os.path.join(candidate, f)) for f in ('dev.tsv', 'dev_matched.tsv')):
-      return candidate
+  for candidate in (fileio.path(glue_dir) / fmt.folder, fileio.path(glue_dir)):
+    if any((candidate / f).is_file() for f in ('dev.tsv', 'dev_matched.tsv')):
+      return os.fspath(candidate)
   raise DataError(f'--config.glue_dir={glue_dir} holds no {fmt.folder}/ directory with dev.tsv: give the directory '
                   f'GLUE\'s download unzips into (CoLA/, SST-2/, ..., {fmt.folder}/)')
 
 
 def glue_diagnostic_file(task_dir: str) -> str | None:
   """GLUE's diagnostic set (AX), beside the task directories or inside MNLI's; None if absent."""
-  for path in (os.path.join(os.path.dirname(task_dir), 'diagnostic', 'diagnostic.tsv'),
-               os.path.join(task_dir, 'diagnostic.tsv')):
-    if os.path.isfile(path):
-      return path
+  task_dir = fileio.path(task_dir)
+  for path in (task_dir.parent / 'diagnostic' / 'diagnostic.tsv', task_dir / 'diagnostic.tsv'):
+    if path.is_file():
+      return os.fspath(path)
   return None
 
 
@@ -218,8 +220,11 @@ def glue_examples(task_dir: str, fmt: GlueFormat, split: str, labels: tuple[str,
                   target_range: tuple[float, ...]) -> list[TextExample]:
   """The examples of GLUE file `split` (a GLUE_FILES key). Test files (and AX) are unlabelled. The guid is the
   file's id column (`index`, QQP's `id`: for test files the id the leaderboard expects), else the 0-based row."""
-  path = glue_diagnostic_file(task_dir) if split == 'diagnostic' else os.path.join(task_dir, GLUE_FILES[split])
-  if not path or not os.path.isfile(path):
+  if split == 'diagnostic':
+    path = glue_diagnostic_file(task_dir)
+  else:
+    path = os.fspath(fileio.path(task_dir) / GLUE_FILES[split])
+  if not path or not fileio.path(path).is_file():
     raise DataError(f'{path or task_dir + "/diagnostic.tsv"} is missing: GLUE\'s {fmt.folder}/ directory holds '
                     f'{", ".join(sorted({GLUE_FILES[s] for s in ("train", "validation", "test")}))} as unzipped')
   rows = read_tsv(path)
@@ -282,8 +287,8 @@ def squad_examples(squad_dir: str, v2: bool, split: str) -> list[SquadExample]:
   """The questions of SQuAD's official JSON (data / paragraphs / qas); all gold answers are kept (scoring takes
   the best), training uses the first. 2.0's unanswerable questions have none (`plausible_answers` are not
   answers)."""
-  path = os.path.join(squad_dir, SQUAD_FILES[v2][split])
-  if not os.path.isfile(path):
+  path = os.fspath(fileio.path(squad_dir) / SQUAD_FILES[v2][split])
+  if not fileio.path(path).is_file():
     raise DataError(f'{path} is missing: --config.squad_dir holds SQuAD\'s {" and ".join(SQUAD_FILES[v2].values())} '
                     'as downloaded')
   try:

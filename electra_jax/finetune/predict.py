@@ -8,6 +8,7 @@ Output: one prediction per line (label, number, space-separated tags, or answer 
 """
 
 import csv
+import io
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from electra_jax import data, sharding
+from electra_jax import data, fileio, sharding
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, squad, tasks
@@ -82,60 +83,57 @@ def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, exam
   local TSV: the input format with the predicted label; CoNLL: `word<TAB>predicted tag`;
   SQuAD: {id: answer} JSON (+ null_odds.json for 2.0, for the official script's threshold search).
   """
-  os.makedirs(directory, exist_ok=True)
+  directory = fileio.path(directory)
   if task.kind == tasks.SQUAD:
     name = split.submission if split.submission and split.name.startswith('test') else f'{split.name}.json'
-    with open(os.path.join(directory, name), 'w', encoding='utf-8') as f:
-      json.dump({e.guid: p['answer'] for e, p in zip(examples, predicted)}, f, indent=1)
+    fileio.write_text(directory / name, json.dumps({e.guid: p['answer'] for e, p in zip(examples, predicted)},
+                                                   indent=1))
     if task.squad_v2:
-      with open(os.path.join(directory, f'{split.name}_null_odds.json'), 'w', encoding='utf-8') as f:
-        json.dump({e.guid: p['null_odds'] for e, p in zip(examples, predicted)}, f, indent=1)
+      fileio.write_text(directory / f'{split.name}_null_odds.json',
+                        json.dumps({e.guid: p['null_odds'] for e, p in zip(examples, predicted)}, indent=1))
     return
   if task.kind == tasks.TAGGING:
-    with open(os.path.join(directory, f'{split.name}.conll'), 'w', encoding='utf-8') as f:
-      for example, tags in zip(examples, predicted):
-        f.writelines(f'{w}\t{t}\n' for w, t in zip(example.words, tags))
-        f.write('\n')
+    fileio.write_text(directory / f'{split.name}.conll', ''.join(
+        ''.join(f'{w}\t{t}\n' for w, t in zip(example.words, tags)) + '\n'
+        for example, tags in zip(examples, predicted)))
     return
   glue = task.glue_submission
   name = split.submission if glue and split.submission else f'{split.name}.tsv'
-  with open(os.path.join(directory, name), 'w', encoding='utf-8', newline='') as f:
-    writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')
-    if glue:
-      writer.writerow(['index', 'prediction'])
-      for example, p in zip(examples, predicted):
-        if task.kind == tasks.CLASSIFICATION and not task.label_names_in_submission:
-          p = task.labels.index(p)
-        writer.writerow([example.guid, f'{p:.4f}' if isinstance(p, float) else p])
-    else:
-      writer.writerow(['label', 'sentence'] + (['sentence2'] if examples and len(examples[0].texts) > 1 else []))
-      for example, p in zip(examples, predicted):
-        writer.writerow([f'{p:.4f}' if isinstance(p, float) else p, *example.texts])
+  f = io.StringIO(newline='')
+  writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')
+  if glue:
+    writer.writerow(['index', 'prediction'])
+    for example, p in zip(examples, predicted):
+      if task.kind == tasks.CLASSIFICATION and not task.label_names_in_submission:
+        p = task.labels.index(p)
+      writer.writerow([example.guid, f'{p:.4f}' if isinstance(p, float) else p])
+  else:
+    writer.writerow(['label', 'sentence'] + (['sentence2'] if examples and len(examples[0].texts) > 1 else []))
+    for example, p in zip(examples, predicted):
+      writer.writerow([f'{p:.4f}' if isinstance(p, float) else p, *example.texts])
+  fileio.write_text(directory / name, f.getvalue())
 
 
 class Predictor:
   """A fine-tuned model from a `train.run` WORKDIR, ready to predict on new inputs (one device)."""
 
   def __init__(self, workdir: str, seed: int | None = None):
-    workdir = os.path.abspath(workdir)
-    path = os.path.join(workdir, 'finetune.json')
-    if not os.path.exists(path):
+    workdir = fileio.path(workdir)
+    if not (workdir / 'finetune.json').exists():
       raise ConfigError(f'{workdir} is not a fine-tuning workdir (no finetune.json); run --mode=finetune first')
-    with open(path, encoding='utf-8') as f:
-      saved = json.load(f)
+    saved = json.loads((workdir / 'finetune.json').read_text())
     self.task = tasks.Task.from_dict(saved['task'])
     self.max_seq_length = saved['max_seq_length']
     self.squad_config = SquadConfig(**saved['config'].get('squad', {}))
-    self.tokenizer = data.tokenizer.load(workdir, lowercase=saved['lowercase'])
+    self.tokenizer = data.tokenizer.load(os.fspath(workdir), lowercase=saved['lowercase'])
     if seed is None:
-      with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
-        seed = json.load(f)['best_seed']
+      seed = json.loads((workdir / 'results.json').read_text())['best_seed']
     self.model = heads.make_model(self.task, ModelConfig(**saved['model']), 0.0, self.squad_config)
     ids = jnp.zeros((1, 16), jnp.int32)
     abstract = jax.eval_shape(lambda: nn.meta.unbox(self.model.init(
         jax.random.PRNGKey(0), {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids})['params']))
-    params_dir = os.path.join(workdir, 'seeds', str(seed), 'params')
-    if not os.path.isdir(params_dir):
+    params_dir = workdir / 'seeds' / str(seed) / 'params'
+    if not params_dir.is_dir():
       raise ConfigError(f'{params_dir} does not exist: fine-tune with --config.save_model=True (the default)')
     with ocp.StandardCheckpointer() as checkpointer:
       self.params = checkpointer.restore(params_dir, abstract)
@@ -169,16 +167,14 @@ def predict_main(config, workdir: str):
   if c.predict_input == '-':
     lines = sys.stdin.read().splitlines()
   else:
-    with open(os.path.expanduser(c.predict_input), encoding='utf-8') as f:
-      lines = f.read().splitlines()
+    lines = fileio.path(c.predict_input).read_text().splitlines()
   lines = [line for line in lines if line.strip()]
   kind = predictor.task.kind
   inputs = [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
   predicted = predictor.predict(inputs)
-  out = open(c.predict_output, 'w', encoding='utf-8') if c.predict_output else sys.stdout
-  try:
-    for p in predicted:
-      out.write((' '.join(p) if isinstance(p, list) else f'{p:.4f}' if isinstance(p, float) else p) + '\n')
-  finally:
-    if out is not sys.stdout:
-      out.close()
+  text = ''.join((' '.join(p) if isinstance(p, list) else f'{p:.4f}' if isinstance(p, float) else p) + '\n'
+                 for p in predicted)
+  if c.predict_output:
+    fileio.write_text(c.predict_output, text)
+  else:
+    sys.stdout.write(text)

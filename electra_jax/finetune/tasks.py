@@ -18,7 +18,9 @@ import dataclasses
 import os
 from typing import Sequence
 
+from electra_jax import fileio
 from electra_jax.config import ConfigError
+from electra_jax.data import corpus
 from electra_jax.data.corpus import DataError
 from electra_jax.finetune import files, metrics
 from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # pylint: disable=unused-import
@@ -147,17 +149,17 @@ def get_task(name: str, kind: str = '', glue_dir: str = '', squad_dir: str = '')
   if squad_dir and key not in SQUAD_TASKS:
     raise ConfigError(f'--config.squad_dir is for squad_v1 and squad_v2, not {name!r}')
   if key in GLUE and glue_dir:
-    task_dir = files.glue_task_dir(os.path.expanduser(glue_dir), files.GLUE_FORMATS[key])
+    task_dir = files.glue_task_dir(glue_dir, files.GLUE_FORMATS[key])
     tests = GLUE[key].test_splits
     if key == 'mnli' and files.glue_diagnostic_file(task_dir):
       tests += (Split('diagnostic', 'diagnostic', 'AX.tsv'),)  # the leaderboard's AX: MNLI's model on it
     return dataclasses.replace(GLUE[key], source='glue_dir', location=task_dir, test_splits=tests)
   if key in SQUAD_TASKS and squad_dir:
-    return dataclasses.replace(SQUAD_TASKS[key], source='squad_dir', location=os.path.expanduser(squad_dir))
+    return dataclasses.replace(SQUAD_TASKS[key], source='squad_dir', location=os.fspath(fileio.path(squad_dir)))
   if key in TASKS:
     return TASKS[key]
-  if name and os.path.isdir(os.path.expanduser(name)):
-    return _file_task(os.path.expanduser(name), kind)
+  if name and fileio.path(name).is_dir():
+    return _file_task(os.fspath(fileio.path(name)), kind)
   raise ConfigError(f'unknown task {name!r}: give one of {", ".join(TASKS)}, or a directory holding '
                     'train/dev(/test) .tsv or .conll files (optionally .gz)')
 
@@ -166,9 +168,9 @@ def get_task(name: str, kind: str = '', glue_dir: str = '', squad_dir: str = '')
 
 def _find(directory: str, split: str) -> str | None:
   for ext in ('.tsv', '.tsv.gz', '.conll', '.conll.gz'):
-    path = os.path.join(directory, split + ext)
-    if os.path.isfile(path):
-      return path
+    path = fileio.path(directory) / (split + ext)
+    if path.is_file():
+      return os.fspath(path)
   return None
 
 
@@ -194,7 +196,7 @@ def _file_task(directory: str, kind: str) -> Task:
   if not train or not dev:
     raise ConfigError(f'task directory {directory} needs train and dev files: train.tsv/dev.tsv or '
                       'train.conll/dev.conll (optionally .gz)')
-  name = os.path.basename(os.path.normpath(directory))
+  name = fileio.path(directory).name
   tests = (Split('test', 'test', 'test_predictions.tsv'),) if test else ()
   if '.conll' in train:
     tags = sorted({t for e in files.conll_examples(train) for t in e.tags})
@@ -226,6 +228,8 @@ def _tfds_source(task: Task, split: str, data_dir: str):
   if task.location.startswith('glue/'):
     import tensorflow_datasets.text.glue  # pylint: disable=g-import-not-at-top,unused-import  (registers glue)
   try:
+    if fileio.is_remote(data_dir):  # array_record opens local files only: read a verified copy
+      data_dir = corpus.local_tfds_copy(tfds, task.location, split, data_dir, corpus.default_cache_dir())
     # array_record: the format data sources read, and the one tfds can prepare without TensorFlow.
     return tfds.data_source(task.location, split=split, data_dir=data_dir or None,
                             builder_kwargs={'file_format': 'array_record'})

@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import random
-import shutil
 import sys
 from typing import Any, Callable
 
@@ -28,7 +27,7 @@ import optax
 import orbax.checkpoint as ocp
 import tqdm
 
-from electra_jax import checkpoint, data, sharding
+from electra_jax import checkpoint, data, fileio, sharding
 from electra_jax import metrics as metrics_lib
 from electra_jax.checkpoint import Checkpointer, CheckpointError
 from electra_jax.config import ConfigError, ModelConfig
@@ -153,7 +152,7 @@ def _take_pretrained(target, source, where: str):
 def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, data.Tokenizer]:
   """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR, from
   its checkpoint `step` (0: the latest)."""
-  config, params = checkpoint.load_params(os.path.abspath(os.path.expanduser(workdir)), step=step or None)
+  config, params = checkpoint.load_params(os.fspath(fileio.path(workdir)), step=step or None)
   return config.model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
 
 
@@ -291,14 +290,13 @@ def _report_unseen_tags(task: tasks.Task, split: tasks.Split, examples: list):
 def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
   """Refuses a WORKDIR that holds a pre-training run, another task's fine-tuning run, or this task's run with
   other settings (the finished seeds there would not be this command's)."""
-  if os.path.exists(os.path.join(workdir, 'config.json')) or os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  workdir = fileio.path(workdir)
+  if (workdir / 'config.json').exists() or (workdir / 'checkpoints').is_dir():
     raise ConfigError(f'{workdir} holds a pre-training run (config.json, checkpoints/); fine-tuning would write over '
                       'its tokenizer. Give another --workdir (that one is --config.init_checkpoint)')
-  path = os.path.join(workdir, 'finetune.json')
-  if not os.path.exists(path):
+  if not (workdir / 'finetune.json').exists():
     return
-  with open(path, encoding='utf-8') as f:
-    saved = json.load(f)
+  saved = json.loads((workdir / 'finetune.json').read_text())
   if saved['task']['name'] != task.name:
     raise ConfigError(f'{workdir} holds a fine-tuning run of task {saved["task"]["name"]!r} (finetune.json); give '
                       f'another --workdir for {task.name!r}')
@@ -319,10 +317,9 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
   """
   c = load_config(config)
   task = tasks.get_task(c.task, c.task_kind, glue_dir=c.glue_dir, squad_dir=c.squad_dir)
-  workdir = os.path.abspath(workdir)
+  workdir = fileio.path(workdir)
   config_dict = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
   check_workdir(workdir, config_dict, task)  # also refuses --workdir=init_checkpoint: a pre-training run
-  os.makedirs(workdir, exist_ok=True)
   pretrained = None
   if c.init_checkpoint:
     model_config, pretrained, tokenizer = _load_pretrained(c.init_checkpoint, c.init_step)
@@ -351,14 +348,13 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
   per_seed = []
   for seed in range(c.seed, c.seed + c.seeds):
     tag = f'[{task.name} seed {seed}]'
-    seed_dir = os.path.join(workdir, 'seeds', str(seed))
-    done = os.path.join(seed_dir, 'result.json')
-    if os.path.exists(done):
-      with open(done, encoding='utf-8') as f:
-        per_seed.append(json.load(f))
+    seed_dir = workdir / 'seeds' / str(seed)
+    done = seed_dir / 'result.json'
+    if done.exists():
+      per_seed.append(json.loads(done.read_text()))
       print(f'{tag} finished by an earlier run: skipped', file=sys.stderr)
       continue
-    checkpointer = Checkpointer(seed_dir, keep=1)
+    checkpointer = Checkpointer(os.fspath(seed_dir), keep=1)
     try:
       latest = checkpointer.latest_step()
       if latest is None:
@@ -376,23 +372,15 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
       if split in task.dev_splits:
         row.update({f'{split.name}/{k}': v for k, v in score(task, examples, predicted).items()})
       if c.write_predictions and jax.process_index() == 0:
-        predict.write_predictions(os.path.join(seed_dir, 'predictions'), task, split, examples, predicted)
+        predict.write_predictions(seed_dir / 'predictions', task, split, examples, predicted)
     if c.save_model:
-      _save_params(os.path.join(seed_dir, 'params'), state.params)
+      _save_params(seed_dir / 'params', state.params)
     if jax.process_index() == 0:
-      _write_json(done, row)  # the seed is finished: a rerun skips it
-      shutil.rmtree(checkpointer.directory, ignore_errors=True)
+      fileio.write_json(done, row)  # the seed is finished: a rerun skips it
+      fileio.rmtree(checkpointer.directory)
     print(f'{tag} ' + ', '.join(f'{k} {v:.4f}' for k, v in row.items() if k != 'seed'), file=sys.stderr, flush=True)
     per_seed.append(row)
   return write_results(workdir, task, c, per_seed)
-
-
-def _write_json(path: str, value):
-  """Writes `value` to `path` atomically (a killed run never leaves half a file)."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=2)
-  os.replace(path + '.tmp', path)
 
 
 def _origin(c: FinetuneConfig) -> str:
@@ -403,15 +391,14 @@ def _write_run_files(workdir, config_dict: dict, c: FinetuneConfig, model_config
                      tokenizer):
   if jax.process_index() != 0:
     return
-  _write_json(os.path.join(workdir, 'finetune.json'), {
+  fileio.write_json(workdir / 'finetune.json', {
       'config': config_dict, 'model': dataclasses.asdict(model_config), 'task': dataclasses.asdict(task),
       'max_seq_length': c.max_seq_length, 'lowercase': tokenizer.lowercase})
-  tokenizer.save(workdir)
+  tokenizer.save(os.fspath(workdir))
 
 
-def _save_params(path: str, params):
-  if os.path.exists(path):
-    shutil.rmtree(path)
+def _save_params(path, params):
+  fileio.rmtree(path)
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(path, params)
 
@@ -427,10 +414,8 @@ def write_results(workdir: str, task: tasks.Task, c: FinetuneConfig, per_seed: l
              'main_metric': main, 'seeds': per_seed, 'median': median, 'best_seed': best}
   table = results_table(task.name, names, per_seed, median)
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=2)
-    with open(os.path.join(workdir, 'results.md'), 'w', encoding='utf-8') as f:
-      f.write(table)
+    fileio.write_json(fileio.path(workdir) / 'results.json', results)
+    fileio.write_text(fileio.path(workdir) / 'results.md', table)
     print(table)
   return results
 
