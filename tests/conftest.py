@@ -53,19 +53,31 @@ def cache_dir(tmp_path_factory):
   return str(path)
 
 
+CACHE_OPTIONS = {'jax_compilation_cache_dir': 'JAX_COMPILATION_CACHE_DIR',
+                 'jax_persistent_cache_min_compile_time_secs': 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS',
+                 'jax_persistent_cache_min_entry_size_bytes': 'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'}
+
+
 @pytest.fixture(scope='module')
 def compile_once(tmp_path_factory):
-  """A persistent compilation cache for one module's runs: runs of the same config build the same programs (same
-  shapes, new jit objects), so they compile once. Tests that compare runs bit for bit then also run one program."""
-  names = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
-           'jax_persistent_cache_min_entry_size_bytes')
-  saved = {name: getattr(jax.config, name) for name in names}
-  for name, value in zip(names, (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)):
+  """A persistent compilation cache for one module's runs, in this process and the processes it starts (their
+  environment names it): runs of the same config build the same programs (same shapes, new jit objects), so they
+  compile once. Tests that compare runs bit for bit then also run one program."""
+  values = (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)
+  saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
+  saved_env = {env: os.environ.get(env) for env in CACHE_OPTIONS.values()}
+  for (name, env), value in zip(CACHE_OPTIONS.items(), values):
     jax.config.update(name, value)
+    os.environ[env] = str(value)
   compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which may have happened
   yield
   for name, value in saved.items():
     jax.config.update(name, value)
+  for env, value in saved_env.items():
+    if value is None:
+      os.environ.pop(env, None)
+    else:
+      os.environ[env] = value
   compilation_cache.reset_cache()
 
 

@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import jax
-from jax.experimental.compilation_cache import compilation_cache
 import ml_collections
 import pytest
 
@@ -22,22 +20,8 @@ from test_finetune_train import TINY_MODEL, make_tsv_task  # pylint: disable=g-b
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-CACHE_OPTIONS = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs',
-                 'jax_persistent_cache_min_entry_size_bytes')
-
-
-@pytest.fixture(scope='module', autouse=True)
-def compile_once(tmp_path_factory):
-  """A persistent compilation cache for this module: the five fine-tunings build the same programs (same
-  shapes, new jit objects), so they compile once instead of five times (halves the test's time)."""
-  saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
-  for name, value in zip(CACHE_OPTIONS, (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)):
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which already happened
-  yield
-  for name, value in saved.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
+# The five fine-tunings build the same programs: they compile once (halves the test's time).
+pytestmark = pytest.mark.usefixtures('compile_once')
 
 
 def test_steps_for_budget_by_hand():

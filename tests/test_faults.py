@@ -18,8 +18,6 @@ import subprocess
 import sys
 import time
 
-import jax
-from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
 import pytest
 
@@ -30,36 +28,10 @@ from electra_jax.experiments import compare
 import faults_config  # pylint: disable=g-bad-import-order
 from conftest import make_corpus, override  # pylint: disable=g-bad-import-order
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.usefixtures('compile_once')]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILE = os.path.join('tests', 'faults_config.py')
-CACHE_OPTIONS = {'jax_compilation_cache_dir': 'JAX_COMPILATION_CACHE_DIR',
-                 'jax_persistent_cache_min_compile_time_secs': 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS',
-                 'jax_persistent_cache_min_entry_size_bytes': 'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'}
-
-
-@pytest.fixture(scope='module', autouse=True)
-def compile_once(tmp_path_factory):
-  """One persistent compilation cache for this process and the runs it starts (their environment names it)."""
-  values = (str(tmp_path_factory.mktemp('jax_cache')), 0.0, 0)
-  saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
-  saved_env = {env: os.environ.get(env) for env in CACHE_OPTIONS.values()}
-  for (name, env), value in zip(CACHE_OPTIONS.items(), values):
-    jax.config.update(name, value)
-    os.environ[env] = str(value)
-  compilation_cache.reset_cache()  # the cache's state is decided at the first compile, which already happened
-  yield
-  for name, value in saved.items():
-    jax.config.update(name, value)
-  for env, value in saved_env.items():
-    if value is None:
-      os.environ.pop(env, None)
-    else:
-      os.environ[env] = value
-  compilation_cache.reset_cache()
-
-
 def config_for(source, cache_dir, **overrides):
   config = faults_config.get_config()
   config.data.update(source=source, cache_dir=cache_dir)

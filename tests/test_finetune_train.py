@@ -22,6 +22,9 @@ from electra_jax.train_step import Pretraining
 from electra_jax.trainer import TrainingError
 from conftest import override  # pylint: disable=g-bad-import-order
 
+# Many runs here share one tiny model: with a persistent compilation cache they compile it once.
+pytestmark = pytest.mark.usefixtures('compile_once')
+
 KEYWORD = 'happy'
 ANIMALS = ('cat', 'dog', 'bird')
 # Encoder dropout off: its random bits double the compile time of the step on CPU (the head keeps dropout 0.1).

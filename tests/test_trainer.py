@@ -18,6 +18,8 @@ from electra_jax.checkpoint import Checkpointer
 from conftest import override  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Most runs here share one tiny config: with a persistent compilation cache they compile it once.
+pytestmark = pytest.mark.usefixtures('compile_once')
 
 
 def tiny_config(source, cache_dir, **overrides):
