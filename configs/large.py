@@ -2,7 +2,7 @@
 
 Rematerialised layers by default, chosen by compiling the step for a v3-64 (`python -m electra_jax.aot
 --topology=v3:4x8`, BENCHMARKS.md): without remat its 32 sequences of 512 per core need 22-32 GiB of activations
-(float32 data-parallel, bf16 FSDP), more than a v3 core's 16 GiB; with remat, data-parallel bf16 peaks at 10.3 GiB.
+(float32 data-parallel, bf16 FSDP), more than a v3 core's 16 GiB; with remat, data-parallel bf16 peaks at 7.1 GiB.
 """
 
 from configs import default
