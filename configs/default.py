@@ -50,9 +50,15 @@ def get_config():
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
   config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].
   config.objective.random_token_prob = 0.0  # Selected positions replaced by a random token (BERT: 0.1).
-  config.objective.temperature = 1.0  # Generator sampling temperature.
+  config.objective.temperature = 1.0  # Generator sampling temperature (after any schedule below).
+  # > 0: sample at this temperature at step 0, falling linearly to `temperature` over the first
+  # temperature_decay_fraction of train_steps (Fast-ELECTRA's curriculum: flatter samples are easier to detect).
+  config.objective.initial_temperature = 0.0
+  config.objective.temperature_decay_fraction = 0.0  # Fraction of train_steps the temperature schedule spans.
   config.objective.gen_weight = 1.0  # Weight of the generator MLM loss.
   config.objective.disc_weight = 50.0  # Weight of the discriminator loss (lambda in the paper).
+  # > 0: lambda rises linearly from 0 to disc_weight over this fraction of train_steps (0: constant).
+  config.objective.disc_weight_warmup_fraction = 0.0
   config.objective.disallow_correct = False  # Never sample the original token.
   config.objective.uniform_generator = False  # Replace the generator by uniform sampling (ablation).
   # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised

@@ -134,8 +134,11 @@ class ObjectiveConfig:
   mask_token_prob: float = 0.85
   random_token_prob: float = 0.0
   temperature: float = 1.0
+  initial_temperature: float = 0.0  # 0: no schedule (`temperature` throughout)
+  temperature_decay_fraction: float = 0.0
   gen_weight: float = 1.0
   disc_weight: float = 50.0
+  disc_weight_warmup_fraction: float = 0.0
   disallow_correct: bool = False
   uniform_generator: bool = False
   two_stage_generator_steps: int = 0
@@ -145,6 +148,16 @@ class ObjectiveConfig:
       raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
     if self.mask_token_prob + self.random_token_prob > 1:
       raise ConfigError('objective.mask_token_prob + objective.random_token_prob must be at most 1')
+    if self.temperature <= 0 or self.initial_temperature < 0:
+      raise ConfigError(f'objective.temperature must be positive and objective.initial_temperature positive or 0 '
+                        f'(no schedule), got {self.temperature} and {self.initial_temperature}')
+    if self.initial_temperature and not 0 < self.temperature_decay_fraction <= 1:
+      raise ConfigError(f'objective.initial_temperature needs objective.temperature_decay_fraction in (0, 1], the '
+                        f'fraction of train_steps over which it falls to objective.temperature; got '
+                        f'{self.temperature_decay_fraction}')
+    if not 0 <= self.disc_weight_warmup_fraction <= 1:
+      raise ConfigError(f'objective.disc_weight_warmup_fraction must be in [0, 1] (0: no warm-up), got '
+                        f'{self.disc_weight_warmup_fraction}')
     if self.two_stage_generator_steps < 0:
       raise ConfigError(f'objective.two_stage_generator_steps must be >= 0, got {self.two_stage_generator_steps}')
     if self.two_stage_generator_steps and self.name != 'electra':

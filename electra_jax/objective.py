@@ -9,6 +9,11 @@ step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 
 'electra_adversarial' (a generator trained by reinforcement learning to fool the discriminator, appendix F).
 `two_stage_loss` is ELECTRA's loss under `objective.two_stage_generator_steps` (the train step switches to it).
 
+Every loss takes `progress` = step / train_steps, a traced scalar: the schedules of the sampling temperature
+(`objective.initial_temperature`) and of the discriminator weight (`objective.disc_weight_warmup_fraction`) are
+functions of it, so a resumed run samples and weighs exactly as an uninterrupted one. The default 1.0 is past
+every schedule: the configured `temperature` and `disc_weight`.
+
 Randomness is drawn per example row: row r's masking, Gumbel noise and dropout come from fold_in(key, r), never
 from the other rows, so a batch split into micro-batches (gradient accumulation) draws exactly what it would whole.
 """
@@ -61,27 +66,50 @@ def draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vo
   return Draws(masked, _per_row(sample_rng, rows), rows), (gen_rng, disc_rng)
 
 
-def sampling_logits(logits, targets, config: ObjectiveConfig):
-  """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's at temperature T,
-  all zero with `uniform_generator`, the original token (`targets` [batch, P]) pushed out with `disallow_correct`."""
+def _ramp(start: float, end: float, fraction: float, progress):
+  """`start` at progress 0, linearly to `end` at progress `fraction`, `end` from then on."""
+  return end + (start - end) * jnp.clip(1.0 - progress / fraction, 0.0, 1.0)
+
+
+def temperature(config: ObjectiveConfig, progress=1.0):
+  """The sampling temperature at `progress` (step / train_steps): `initial_temperature` at 0, falling linearly
+  to `temperature` at `temperature_decay_fraction`, then constant (Fast-ELECTRA's descending curriculum).
+  Without `initial_temperature` it is `temperature` throughout."""
+  if not config.initial_temperature:
+    return config.temperature
+  return _ramp(config.initial_temperature, config.temperature, config.temperature_decay_fraction, progress)
+
+
+def disc_weight(config: ObjectiveConfig, progress=1.0):
+  """The discriminator loss weight lambda at `progress`: rising linearly from 0 to `disc_weight` over the first
+  `disc_weight_warmup_fraction` of training, `disc_weight` throughout when that is 0."""
+  if not config.disc_weight_warmup_fraction:
+    return config.disc_weight
+  return _ramp(0.0, config.disc_weight, config.disc_weight_warmup_fraction, progress)
+
+
+def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
+  """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's at the temperature
+  of `progress`, all zero with `uniform_generator`, the original token (`targets` [batch, P]) pushed out with
+  `disallow_correct`."""
   if config.uniform_generator:
     logits = jnp.zeros_like(logits)
   if config.disallow_correct:
     logits = logits - 1000.0 * jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
-  return logits / config.temperature
+  return logits / temperature(config, progress)
 
 
-def sample_replacements(rng, logits, targets, config: ObjectiveConfig):
-  """Gumbel-argmax samples [batch, P] from generator logits [batch, P, vocab] at temperature T."""
-  logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config))
+def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=1.0):
+  """Gumbel-argmax samples [batch, P] from generator logits [batch, P, vocab] at the temperature of `progress`."""
+  logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress))
   gumbel = jax.random.gumbel(rng, logits.shape, logits.dtype)
   return jnp.argmax(logits + gumbel, axis=-1).astype(targets.dtype)
 
 
-def sample_rows(keys, logits, targets, config: ObjectiveConfig):
+def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
   """`sample_replacements` row by row: row r's noise comes from keys[r] alone. [batch, P, vocab] -> [batch, P]."""
   one_row = lambda key, row_logits, row_targets: sample_replacements(key, row_logits[None], row_targets[None],
-                                                                     config)[0]
+                                                                     config, progress)[0]
   return jax.vmap(one_row)(keys, logits, targets)
 
 
@@ -90,34 +118,38 @@ def weighted_mean(values, weights):
 
 
 def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                 special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                 special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """Returns (total loss, Metrics) for a batch of {input_ids, segment_ids, input_mask}, each [batch, length].
 
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                           progress=progress)
   return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                             rngs=rngs)
+                             rngs=rngs, progress=progress)
 
 
-def _mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
-  """The batch's masking (drawn per row), its generator sampler, and the (generator, discriminator) dropout keys."""
+def _mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int,
+                      progress):
+  """The batch's masking (drawn per row), its generator sampler (at the temperature of `progress`), and the
+  (generator, discriminator) dropout keys."""
   draws, rngs = draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
-  sample = lambda gen_logits: sample_rows(draws.sample_keys, gen_logits, draws.masked.targets, config)
+  sample = lambda gen_logits: sample_rows(draws.sample_keys, gen_logits, draws.masked.targets, config, progress)
   return draws.masked, sample, rngs
 
 
 def electra_15_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                    special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                    special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions."""
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                           progress=progress)
   return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                             rngs=rngs, selected_only=True)
+                             rngs=rngs, selected_only=True, progress=progress)
 
 
 def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
                         sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                        deterministic: bool = False, rngs=None, selected_only: bool = False):
+                        deterministic: bool = False, rngs=None, selected_only: bool = False, progress=1.0):
   """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness.
 
   `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacement tokens; `rngs` is the pair of
@@ -127,7 +159,7 @@ def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: mas
   """
   sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs,
                              selected_only=selected_only)
-  return loss_and_metrics(sums, config)
+  return loss_and_metrics(sums, config, progress=progress)
 
 
 def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
@@ -191,16 +223,17 @@ def _sums(masked: masking.Masked, gen_logits, d: Detection) -> dict[str, jax.Arr
   }
 
 
-def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denominators=None):
-  """(total loss, Metrics) from a batch's sums.
+def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denominators=None, progress=1.0):
+  """(total loss, Metrics) from a batch's sums, the discriminator weighted by lambda at `progress`.
 
   `denominators` (selected positions, tokens) of the full batch turn a micro-batch's sums into its share of the
-  full batch's loss: the shares (and their gradients) add up to the full batch's.
+  full batch's loss: the shares (and their gradients) add up to the full batch's. A scheduled temperature or
+  lambda is reported as the metric `temperature` or `disc_weight`.
   """
   selected, tokens = (sums['selected'], sums['tokens']) if denominators is None else denominators
   gen_loss = sums['gen_xent'] / jnp.maximum(selected, 1e-6)
   disc_loss = sums['disc_xent'] / jnp.maximum(tokens, 1e-6)
-  loss = config.gen_weight * gen_loss + config.disc_weight * disc_loss
+  loss = config.gen_weight * gen_loss + disc_weight(config, progress) * disc_loss
   one = jnp.ones((), jnp.float32)
   metrics = {
       'loss': (loss, one),
@@ -217,6 +250,10 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
       'disc_prob_original': (sums['original_prob'], sums['tokens'] - sums['replaced']),
       'sampled_original': (sums['sampled_original'], sums['selected']),
   }
+  if config.initial_temperature:
+    metrics['temperature'] = (jnp.asarray(temperature(config, progress), jnp.float32), one)
+  if config.disc_weight_warmup_fraction:
+    metrics['disc_weight'] = (jnp.asarray(disc_weight(config, progress), jnp.float32), one)
   return loss, metrics
 
 
@@ -236,14 +273,14 @@ def _accuracy(logits, targets, weights):
 
 
 def replace_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                     special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                     special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """Replace MLM: the discriminator-sized model is an MLM whose selected tokens are generator samples.
 
   loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
   positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
   """
   masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
-                                                          vocab_size=vocab_size)
+                                                          vocab_size=vocab_size, progress=progress)
   gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
                                                     deterministic=deterministic, rng=gen_rng)
   logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
@@ -257,14 +294,14 @@ def replace_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config
 
 
 def all_tokens_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                        special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                        special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """All-Tokens MLM: Replace MLM predicting every non-pad token, with a copy mechanism.
 
   p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
   loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
   """
   masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
-                                                          vocab_size=vocab_size)
+                                                          vocab_size=vocab_size, progress=progress)
   gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
                                                     deterministic=deterministic, rng=gen_rng)
   input_ids = batch['input_ids']
@@ -285,12 +322,13 @@ def all_tokens_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, con
 
 
 def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-             special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+             special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """BERT: MLM of the discriminator-sized model on the masked input, no generator.
 
   BERT's 80/10/10 masking is objective.mask_token_prob = 0.8, objective.random_token_prob = 0.1.
   """
-  masked, _, (_, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  masked, _, (_, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                               progress=progress)
   logits, _ = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
                        deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
   loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
@@ -300,7 +338,7 @@ def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Object
 
 
 def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, config: ObjectiveConfig,
-                   special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                   special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """ELECTRA trained in two stages (paper section 3.2): `electra_loss` with the loss switched by `step`.
 
   Before step n = config.two_stage_generator_steps the loss is gen_weight * generator MLM loss alone; from step n
@@ -309,28 +347,30 @@ def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, co
   discriminator from the generator at step n and freezing the tower that does not train are the train step's
   (`electra_jax.train_step.two_stage_params`, `two_stage_updates`).
   """
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                           progress=progress)
   sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs)
-  _, metrics = loss_and_metrics(sums, config)
+  _, metrics = loss_and_metrics(sums, config, progress=progress)
   gen_loss, disc_loss = metrics['gen_loss'][0], metrics['disc_loss'][0]
   loss = jnp.where(step < config.two_stage_generator_steps, config.gen_weight * gen_loss,
-                   config.disc_weight * disc_loss)
+                   disc_weight(config, progress) * disc_loss)
   metrics['loss'] = (loss, jnp.ones((), jnp.float32))
   return loss, metrics
 
 
 def electra_adversarial_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                             special: masking.SpecialIds, vocab_size: int, deterministic: bool = False):
+                             special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's loss (paper,
   appendix F); see `adversarial_loss`."""
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size)
+  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                           progress=progress)
   return adversarial_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                          rngs=rngs)
+                          rngs=rngs, progress=progress)
 
 
 def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
                      sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                     deterministic: bool = False, rngs=None):
+                     deterministic: bool = False, rngs=None, progress=1.0):
   """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`).
 
   What the paper's appendix F describes, per selected position t (weights w_t, mean over the selected ones):
@@ -354,16 +394,17 @@ def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: maskin
                                          method='generator_logits_and_baseline', rngs={'dropout': gen_rng})
   d = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic, rng=disc_rng,
               row_kwargs={}, selected_only=False)
-  _, metrics = loss_and_metrics(_sums(masked, gen_logits, d), config)
+  _, metrics = loss_and_metrics(_sums(masked, gen_logits, d), config, progress=progress)
   disc_xent = optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels)
   reward = jax.lax.stop_gradient(jnp.take_along_axis(disc_xent, masked.positions, axis=1))  # [batch, P]
   baseline = -jax.nn.log_sigmoid(baseline_logits)
-  log_probs = jax.nn.log_softmax(sampling_logits(gen_logits, masked.targets, config))
+  log_probs = jax.nn.log_softmax(sampling_logits(gen_logits, masked.targets, config, progress))
   sample_log_prob = jnp.take_along_axis(log_probs, d.samples[..., None], axis=-1)[..., 0]
   policy_loss = -weighted_mean(sample_log_prob * (reward - jax.lax.stop_gradient(baseline)), masked.weights)
   baseline_loss = weighted_mean(optax.sigmoid_binary_cross_entropy(baseline_logits, jnp.exp(-reward)),
                                 masked.weights)
-  loss = config.gen_weight * (policy_loss + baseline_loss) + config.disc_weight * metrics['disc_loss'][0]
+  loss = (config.gen_weight * (policy_loss + baseline_loss)
+          + disc_weight(config, progress) * metrics['disc_loss'][0])
   one = jnp.ones((), jnp.float32)
   selected = jnp.sum(masked.weights)
   metrics.update({
@@ -379,7 +420,8 @@ def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: maskin
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
-  loss: Callable[..., Any]  # (apply_fn, params, batch, rng, *, config, special, vocab_size) -> (loss, Metrics)
+  # (apply_fn, params, batch, rng, *, config, special, vocab_size, progress) -> (loss, Metrics)
+  loss: Callable[..., Any]
   with_generator: bool = True
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)

@@ -35,15 +35,17 @@ class TrainState:
 
 
 def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.GradientTransformation,
-               schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds,
+               schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds, train_steps: int,
                grad_accum_steps: int = 1):
   """One optimiser step on a batch {input_ids, segment_ids, input_mask} of [batch, length] int32 arrays.
 
-  `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, so
-  a resumed run draws exactly what an uninterrupted one would. With `grad_accum_steps` k > 1 the gradient is
-  summed over k micro-batches of batch/k rows, equal (up to float rounding) to the one-batch gradient.
+  `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, and
+  the objective's schedules (temperature, lambda) read step / `train_steps`, so a resumed run draws and weighs
+  exactly what an uninterrupted one would. With `grad_accum_steps` k > 1 the gradient is summed over k
+  micro-batches of batch/k rows, equal (up to float rounding) to the one-batch gradient.
   """
   rng = jax.random.fold_in(rng, state.step)
+  progress = state.step / train_steps
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
   two_stage = config.two_stage_generator_steps > 0
   loss = objective.get(config.name).loss
@@ -53,11 +55,12 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
     loss = functools.partial(objective.two_stage_loss, step=state.step)
   if grad_accum_steps == 1:
     loss_fn = functools.partial(loss, apply_fn, batch=batch, rng=rng, config=config, special=special,
-                                vocab_size=model.config.vocab_size)
+                                vocab_size=model.config.vocab_size, progress=progress)
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
   else:  # ELECTRA only (checked in config.load): its loss is a ratio of sums that micro-batches can share
     grads, metrics = accumulate_gradients(apply_fn, params, batch, rng, config=config, special=special,
-                                          vocab_size=model.config.vocab_size, steps=grad_accum_steps)
+                                          vocab_size=model.config.vocab_size, steps=grad_accum_steps,
+                                          progress=progress)
   updates, opt_state = tx.update(grads, state.opt_state, params)
   if two_stage:
     updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
@@ -106,7 +109,7 @@ def two_stage_updates(updates, step, n: int, model_config: ModelConfig):
 
 
 def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
-                         vocab_size: int, steps: int):
+                         vocab_size: int, steps: int, progress=1.0):
   """(gradient, Metrics) of the ELECTRA loss of `batch`, summed over `steps` micro-batches in a `lax.scan`.
 
   Masks, Gumbel keys and dropout are drawn per row (see electra_jax.objective), the masking for the whole batch up
@@ -124,17 +127,17 @@ def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfi
 
     def share(p):
       sample = lambda logits: objective.sample_rows(micro_draws.sample_keys, logits, micro_draws.masked.targets,
-                                                    config)
+                                                    config, progress)
       sums = objective.replaced_token_sums(apply_fn, p, micro_batch, micro_draws.masked, sample, rngs=rngs,
                                            rows=micro_draws.rows)
-      return objective.loss_and_metrics(sums, config, denominators)[0], sums
+      return objective.loss_and_metrics(sums, config, denominators, progress)[0], sums
 
     (_, sums), grads = jax.value_and_grad(share, has_aux=True)(params)
     return jax.tree.map(jnp.add, carry, (grads, sums)), None
 
   zeros = (jax.tree.map(jnp.zeros_like, params), {name: jnp.zeros((), jnp.float32) for name in objective.SUMS})
   (grads, sums), _ = jax.lax.scan(micro_step, zeros, jax.tree.map(split, (batch, draws)))
-  return grads, objective.loss_and_metrics(sums, config)[1]
+  return grads, objective.loss_and_metrics(sums, config, progress=progress)[1]
 
 
 @dataclasses.dataclass
@@ -158,7 +161,8 @@ class Pretraining:
                                                       jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
-                             config=c.objective, special=self.special, grad_accum_steps=c.grad_accum_steps)
+                             config=c.objective, special=self.special, train_steps=c.train_steps,
+                             grad_accum_steps=c.grad_accum_steps)
     replicated = sharding.replicated(self.mesh)
     self._step = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
                          out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))

@@ -145,6 +145,12 @@ SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminat
      'schedule of the electra objective'),
     ({'objective__two_stage_generator_steps': 100, 'grad_accum_steps': 2, **SAME_SIZE}, 'grad_accum_steps > 1'),
     ({'objective__two_stage_generator_steps': -1}, '>= 0'),
+    ({'objective__initial_temperature': 3.0}, 'temperature_decay_fraction in'),  # a schedule needs its length
+    ({'objective__initial_temperature': 3.0, 'objective__temperature_decay_fraction': 1.5},
+     'temperature_decay_fraction in'),
+    ({'objective__temperature': 0.0}, 'temperature must be positive'),
+    ({'objective__initial_temperature': -1.0}, 'temperature must be positive'),
+    ({'objective__disc_weight_warmup_fraction': -0.1}, 'disc_weight_warmup_fraction must be in'),
 ])
 def test_variant_errors(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -156,6 +162,8 @@ def test_variant_errors(overrides, message):
     {'objective__two_stage_generator_steps': 100, 'model__tying': 'none', **SAME_SIZE},
     {'objective__two_stage_generator_steps': 100, **SAME_SIZE},
     {'model__tying': 'all', **SAME_SIZE},
+    {'objective__initial_temperature': 3.0, 'objective__temperature_decay_fraction': 0.5,
+     'objective__disc_weight_warmup_fraction': 0.25},
 ])
 def test_variants_load(overrides):
   config_lib.load(_values(**overrides), vocab_size=100)

@@ -186,6 +186,35 @@ def test_temperature(temperature):
   np.testing.assert_allclose(freq, expected, atol=0.018)
 
 
+def test_temperature_and_disc_weight_schedules_by_hand():
+  # T falls linearly from initial_temperature 4 to temperature 1 over the first half of training:
+  #   T(p) = 1 + 3 max(0, 1 - p / 0.5): p = 0 -> 4, 0.125 -> 3.25, 0.25 -> 2.5, 0.4 -> 1.6, 0.5 -> 1, 0.9 -> 1.
+  # lambda rises linearly from 0 to disc_weight 50 over the first 20%: 50 min(1, p / 0.2): 0 -> 0, 0.05 -> 12.5,
+  # 0.1 -> 25, 0.2 -> 50, 0.7 -> 50.
+  config = ObjectiveConfig(temperature=1.0, initial_temperature=4.0, temperature_decay_fraction=0.5,
+                           disc_weight_warmup_fraction=0.2)
+  for p, t in [(0.0, 4.0), (0.125, 3.25), (0.25, 2.5), (0.4, 1.6), (0.5, 1.0), (0.9, 1.0)]:
+    np.testing.assert_allclose(float(objective.temperature(config, jnp.float32(p))), t, rtol=1e-6)
+  for p, w in [(0.0, 0.0), (0.05, 12.5), (0.1, 25.0), (0.2, 50.0), (0.7, 50.0)]:
+    np.testing.assert_allclose(float(objective.disc_weight(config, jnp.float32(p))), w, rtol=1e-6)
+  # Without a schedule both are the configured constants at any progress (the paper's settings).
+  plain = ObjectiveConfig(temperature=2.0)
+  assert objective.temperature(plain, 0.0) == 2.0 and objective.disc_weight(plain, 0.0) == 50.0
+
+
+def test_scheduled_temperature_is_what_samples_are_drawn_at():
+  # T(0.25) = 1 + 3 (1 - 0.25 / 0.5) = 2.5: logits log p sample p^(1/2.5) = p^0.4 normalised:
+  #   [0.5, 0.3, 0.2]^0.4 = [0.7579, 0.6178, 0.5253] / 1.9010 = [0.3987, 0.3250, 0.2763].
+  # At p = 0.75 the schedule is over: T = 1, [0.5, 0.3, 0.2]. 20000 draws, tolerance 0.018 (~5 sd, as above).
+  config = ObjectiveConfig(temperature=1.0, initial_temperature=4.0, temperature_decay_fraction=0.5)
+  logits = jnp.broadcast_to(jnp.log(jnp.array([0.5, 0.3, 0.2])), (20000, 1, 3))
+  targets = jnp.zeros((20000, 1), jnp.int32)
+  sample = jax.jit(functools.partial(objective.sample_replacements, config=config))
+  for progress, expected in [(0.25, [0.3987, 0.3250, 0.2763]), (0.75, [0.5, 0.3, 0.2])]:
+    samples = np.asarray(sample(jax.random.PRNGKey(0), logits, targets, progress=jnp.float32(progress)))[:, 0]
+    np.testing.assert_allclose(np.bincount(samples, minlength=3) / len(samples), expected, atol=0.018)
+
+
 def test_low_temperature_is_argmax():
   samples = _draws(np.log([0.3, 0.45, 0.25]), ObjectiveConfig(temperature=1e-3), 2000)
   assert np.all(samples == 1)

@@ -144,8 +144,8 @@ def test_train_step_dispatches_through_the_registry(monkeypatch):
   # A registered objective's loss is what train_step differentiates: loss = sum(w^2) -> grad 2w; SGD lr 0.1.
   calls = []
 
-  def toy_loss(apply_fn, params, batch, rng, *, config, special, vocab_size):
-    calls.append((config.name, vocab_size))
+  def toy_loss(apply_fn, params, batch, rng, *, config, special, vocab_size, progress):
+    calls.append((config.name, vocab_size, float(progress)))
     return jnp.sum(params['w'] ** 2), {'loss': (jnp.sum(params['w'] ** 2), jnp.ones(()))}
 
   monkeypatch.setitem(objective.OBJECTIVES, 'toy', objective.Objective(toy_loss))
@@ -156,8 +156,8 @@ def test_train_step_dispatches_through_the_registry(monkeypatch):
   batch = {k: jnp.asarray(v) for k, v in _batch(IDS).items()}
   new, metrics = train_step.train_step(state, batch, jax.random.PRNGKey(0), model=model, tx=tx,
                                        schedule=lambda step: 0.1, config=ObjectiveConfig(name='toy'),
-                                       special=SPECIAL)
-  assert calls == [('toy', V)]
+                                       special=SPECIAL, train_steps=4)
+  assert calls == [('toy', V, 0.0)]  # step 0 of 4
   np.testing.assert_allclose(new.params['w'], [0.8, -1.6], rtol=1e-6)
   np.testing.assert_allclose(metrics['loss'][0], 5.0)
 

@@ -16,6 +16,7 @@ from electra_jax import config as config_lib
 from electra_jax import objective, optimizer, sharding, train_step
 from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
+from conftest import override  # pylint: disable=g-bad-import-order
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 V, B, L = 64, 8, 16
@@ -23,7 +24,8 @@ LENGTHS = (16, 16, 12, 10, 8, 5, 3, 16)  # real tokens per row
 RULES = dict(default.get_config().mesh.rules)  # logical axis -> mesh axes, as configured
 
 
-def _config(mesh_shape=(-1, 1, 1)):
+def _config(mesh_shape=(-1, 1, 1), **overrides):
+  """The test model's config, with `section__key=value` overrides."""
   cfg = default.get_config()
   cfg.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                    generator_hidden_fraction=0.5, max_position_embeddings=32)
@@ -33,7 +35,7 @@ def _config(mesh_shape=(-1, 1, 1)):
   cfg.optimizer.learning_rate = 2e-3
   cfg.optimizer.warmup_steps = 3
   cfg.mesh.shape = mesh_shape
-  return config_lib.load(cfg, vocab_size=V)
+  return config_lib.load(override(cfg, overrides, sep='__'), vocab_size=V)
 
 
 def _numpy_batch(seed=0):
@@ -153,6 +155,30 @@ def test_rng_is_folded_with_the_step(run, batch, initial):
   assert losses[0] != losses[5]
   _, metrics = run.step_fn(_fresh(run, initial, 5), batch, _rng())
   assert _value(metrics, 'loss') == losses[5]  # and the same step draws the same
+
+
+def test_objective_schedules_follow_the_state_step(batch, initial):
+  """Temperature and lambda are functions of state.step inside the compiled step (a restored state at step s
+  samples and weighs as the uninterrupted run did at s), with the values worked out by hand.
+
+  train_steps 8; T from 3 to 1 over the first half: T(s) = 1 + 2 max(0, 1 - (s / 8) / 0.5) = 1 + 2 max(0, 1 - s / 4)
+  -> s = 0: 3, 1: 2.5, 3: 1.5, 6: 1. lambda from 0 to 50 over the first quarter: 50 min(1, s / 2) -> 0, 25, 50, 50.
+  """
+  config = _config(train_steps=8, objective__initial_temperature=3.0,
+                   objective__temperature_decay_fraction=0.5, objective__disc_weight_warmup_fraction=0.25)
+  run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
+  for step, t, w in [(0, 3.0, 0.0), (1, 2.5, 25.0), (3, 1.5, 50.0), (6, 1.0, 50.0)]:
+    _, metrics = run.step_fn(_fresh(run, initial, step), batch, _rng())
+    np.testing.assert_allclose(_value(metrics, 'temperature'), t, rtol=1e-6)
+    np.testing.assert_allclose(_value(metrics, 'disc_weight'), w, rtol=1e-6)
+    np.testing.assert_allclose(_value(metrics, 'loss'),
+                               _value(metrics, 'gen_loss') + w * _value(metrics, 'disc_loss'), rtol=1e-5)
+  # A resumed run: two steps in one go, and the same second step from a host copy of the state after the first.
+  state, _ = run.step_fn(_fresh(run, initial), batch, _rng())
+  saved = _host(state)
+  state, metrics = run.step_fn(state, batch, _rng())
+  resumed, metrics_resumed = run.step_fn(jax.device_put(saved, run.state_shardings), batch, _rng())
+  jax.tree.map(np.testing.assert_array_equal, _host((state, metrics)), _host((resumed, metrics_resumed)))
 
 
 def test_state_is_donated(run, batch, initial):
@@ -312,7 +338,7 @@ def test_two_stage_training(tying, embedding_size):
   state = train_step.TrainState(jnp.zeros((), jnp.int32), nn.meta.unbox(params), None)
   state = state.replace(opt_state=tx.init(state.params))
   step = jax.jit(functools.partial(train_step.train_step, model=model, tx=tx, schedule=schedule,
-                                   config=objective_config, special=SPECIAL))
+                                   config=objective_config, special=SPECIAL, train_steps=100))
   history, metrics = [_host(state.params)], []
   for _ in range(4):
     state, m = step(state, batch, _rng())

@@ -39,6 +39,10 @@ def get_config():
   config.overrides.mlm = {'objective': {'mask_token_prob': 0.8, 'random_token_prob': 0.1}}
   # ELECTRA with the quickstart's flatter generator samples (configs/tiny.py: detection starts within minutes).
   config.overrides.electra_t2 = {'objective': {'name': 'electra', 'temperature': 2.0}}
+  # ELECTRA for small budgets (issue #16): a quarter of the tokens replaced, samples at T=2 falling to the paper's
+  # T=1 over the first half of training (Fast-ELECTRA's curriculum). See docs/experiments.md.
+  config.overrides.electra_curriculum = {'objective': {
+      'name': 'electra', 'mask_prob': 0.25, 'initial_temperature': 2.0, 'temperature_decay_fraction': 0.5}}
 
   # Fine-tuning settings shared by every checkpoint and the from-scratch baseline (keys as in configs/finetune.py).
   # The runner sets task, seeds, init_checkpoint and init_step, and takes the from-scratch model and tokenizer
