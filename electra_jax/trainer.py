@@ -17,6 +17,7 @@ import tqdm
 from electra_jax import config as config_lib
 from electra_jax import data, fileio, flops, metrics as metrics_lib, sharding
 from electra_jax.checkpoint import Checkpointer
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
 
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
@@ -64,6 +65,24 @@ def _check_resume_config(workdir, config_dict: dict):
           f'); resume with the same settings, or start a new --workdir')
 
 
+def _run_tokenizer(data_config: data.DataConfig, workdir) -> data.Tokenizer:
+  """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
+  trained on those ids, and the cache key of a tokenizer trained from the source holds the files' modification
+  times, which a copy, a restore or another machine changes, so it would be trained again and may differ."""
+  if (workdir / 'checkpoints').is_dir():
+    try:
+      saved = tokenizer_lib.load(workdir, data_config.lowercase)
+    except data.DataError:  # a run stopped before it saved anything
+      saved = None
+    if saved is not None:
+      if data_config.tokenizer and data.load_tokenizer(data_config).fingerprint != saved.fingerprint:
+        raise config_lib.ConfigError(
+            f'{workdir} was trained with the tokenizer saved in it, not data.tokenizer={data_config.tokenizer}; '
+            'resume without data.tokenizer (the saved one is used), or start a new --workdir')
+      return saved
+  return data.load_tokenizer(data_config)
+
+
 def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, float]:
   """Pre-trains (or resumes) to `config.train_steps`; returns the last logged metrics.
 
@@ -76,7 +95,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
   data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
-  tokenizer = data.load_tokenizer(data_config)
+  tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
   if c.model.vocab_size != tokenizer.vocab_size:
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '

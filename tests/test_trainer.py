@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,32 @@ def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, monke
   monkeypatch.setattr(data.BatchIterator, '__next__', real_next)
   trainer.train(config, tmp_path)
   assert_same_run(config, one_go, tmp_path)
+
+
+def test_resume_keeps_the_runs_own_tokenizer(tmp_path, corpus_file):
+  """A corpus whose modification time changed (a copy, a restore, another machine) changes the cache key of the
+  tokenizer trained from it; a resumed run must keep training with the tokenizer saved in its workdir rather than
+  train (and save over it) a new one."""
+  corpus = tmp_path / 'corpus.txt'
+  shutil.copyfile(corpus_file, corpus)
+  cache, workdir = tmp_path / 'cache', tmp_path / 'run'
+  config = tiny_config(str(corpus), str(cache))
+  trainer.train(config, workdir, stop_after=4)
+  saved = (workdir / 'tokenizer.model').read_bytes()
+  cached = sorted(p.name for p in cache.iterdir() if p.name.startswith('tokenizer-'))
+  assert len(cached) == 1
+  os.utime(corpus, (1e9, 1e9))  # same text, another modification time
+  trainer.train(config, workdir)
+  assert (workdir / 'tokenizer.model').read_bytes() == saved
+  assert sorted(p.name for p in cache.iterdir() if p.name.startswith('tokenizer-')) == cached  # none trained
+  assert read_metrics(workdir)[-1]['step'] == config.train_steps
+  # Naming another tokenizer for the resumed run is refused in one line, before anything is written.
+  other = tmp_path / 'other'
+  other_config = tiny_config(str(corpus), str(tmp_path / 'cache2'), **{'data.vocab_size': 48})
+  data.load_tokenizer(config_lib.from_dict(data.DataConfig, other_config.to_dict()['data'], where='data')).save(other)
+  with pytest.raises(config_lib.ConfigError, match=r'was trained with the tokenizer saved in it, not data.tokenizer'):
+    trainer.train(tiny_config(str(corpus), str(cache), train_steps=10, **{'data.tokenizer': str(other)}), workdir)
+  assert (workdir / 'tokenizer.model').read_bytes() == saved
 
 
 def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):
