@@ -69,18 +69,17 @@ def _run_tokenizer(data_config: data.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and the cache key of a tokenizer trained from the source holds the files' modification
   times, which a copy, a restore or another machine changes, so it would be trained again and may differ."""
-  if (workdir / 'checkpoints').is_dir():
-    try:
-      saved = tokenizer_lib.load(workdir, data_config.lowercase)
-    except data.DataError:  # a run stopped before it saved anything
-      saved = None
-    if saved is not None:
-      if data_config.tokenizer and data.load_tokenizer(data_config).fingerprint != saved.fingerprint:
-        raise config_lib.ConfigError(
-            f'{workdir} was trained with the tokenizer saved in it, not data.tokenizer={data_config.tokenizer}; '
-            'resume without data.tokenizer (the saved one is used), or start a new --workdir')
-      return saved
-  return data.load_tokenizer(data_config)
+  if not (workdir / 'checkpoints').is_dir():
+    return data.load_tokenizer(data_config)
+  try:
+    saved = tokenizer_lib.load(workdir, data_config.lowercase)
+  except data.DataError:  # stopped before it saved one: nothing trained with another
+    return data.load_tokenizer(data_config)
+  if data_config.tokenizer and data.load_tokenizer(data_config).fingerprint != saved.fingerprint:
+    raise config_lib.ConfigError(
+        f'{workdir} was trained with the tokenizer saved in it, not data.tokenizer={data_config.tokenizer}; '
+        'resume without data.tokenizer (the saved one is used), or start a new --workdir')
+  return saved
 
 
 def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, float]:
