@@ -72,15 +72,10 @@ def one_error_line(stderr: str) -> str:
 
 
 @pytest.fixture(scope='module')
-def corpus(tmp_path_factory):
-  return make_corpus(tmp_path_factory.mktemp('faults') / 'corpus.txt', documents=80)
-
-
-@pytest.fixture(scope='module')
-def reference(tmp_path_factory, corpus, cache_dir):
+def reference(tmp_path_factory, corpus_file, cache_dir):
   """The uninterrupted run of tests/faults_config.py (10 steps, a checkpoint after each)."""
   workdir = tmp_path_factory.mktemp('reference')
-  trainer.train(config_for(corpus, cache_dir), workdir)
+  trainer.train(config_for(corpus_file, cache_dir), workdir)
   return workdir
 
 
@@ -88,14 +83,15 @@ def reference(tmp_path_factory, corpus, cache_dir):
 # kill -9 while a checkpoint is being written.
 
 
-def test_kill_during_checkpoint_writes_resumes_from_the_newest_complete_one(tmp_path, corpus, cache_dir, reference):
+def test_kill_during_checkpoint_writes_resumes_from_the_newest_complete_one(tmp_path, corpus_file, cache_dir,
+                                                                            reference):
   """Three SIGKILLs at random moments of checkpoint writes (seeded): each time the same command resumes from the
   newest complete step, never from a partial directory, and the losses end up those of the uninterrupted run."""
   workdir = tmp_path / 'run'
   rng = random.Random(14)
   hit_a_write = 0
   for kill in range(3):
-    process = subprocess.Popen(command(workdir, corpus, cache_dir), cwd=REPO, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(command(workdir, corpus_file, cache_dir), cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     before = step_dirs(workdir)[0] if (workdir / 'checkpoints').exists() else []
     # Wait until this process writes a step 2 past the newest complete one (a partial step directory left by the
@@ -117,7 +113,7 @@ def test_kill_during_checkpoint_writes_resumes_from_the_newest_complete_one(tmp_
     hit_a_write += bool(partial)
   assert hit_a_write, 'no kill landed during a checkpoint write'
   newest = max(step_dirs(workdir)[0])
-  result = subprocess.run(command(workdir, corpus, cache_dir), cwd=REPO, capture_output=True, text=True,
+  result = subprocess.run(command(workdir, corpus_file, cache_dir), cwd=REPO, capture_output=True, text=True,
                           check=False, timeout=600)
   assert result.returncode == 0, result.stderr
   assert f'resuming from checkpoint {newest} ' in result.stderr
@@ -151,8 +147,8 @@ def snapshot(directory) -> dict:
 
 @pytest.mark.parametrize('how', ['emptied', 'removed', 'random bytes'])
 def test_damaged_latest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_one_before(
-    tmp_path, corpus, cache_dir, reference, capsys, how):
-  config = config_for(corpus, cache_dir, checkpoint_every=2)
+    tmp_path, corpus_file, cache_dir, reference, capsys, how):
+  config = config_for(corpus_file, cache_dir, checkpoint_every=2)
   trainer.train(config, tmp_path, stop_after=4)  # checkpoints 2 and 4
   damage(tmp_path / 'checkpoints' / '4', how)
   damaged = snapshot(tmp_path / 'checkpoints' / '4')
@@ -167,8 +163,8 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_o
   assert_same_losses(tmp_path, reference)
 
 
-def test_no_readable_checkpoint_is_one_line_and_moves_nothing(tmp_path, corpus, cache_dir, capsys):
-  config = config_for(corpus, cache_dir, checkpoint_every=2)
+def test_no_readable_checkpoint_is_one_line_and_moves_nothing(tmp_path, corpus_file, cache_dir, capsys):
+  config = config_for(corpus_file, cache_dir, checkpoint_every=2)
   trainer.train(config, tmp_path, stop_after=4)
   for step in ('2', '4'):
     damage(tmp_path / 'checkpoints' / step, 'removed')
@@ -192,8 +188,8 @@ def test_no_readable_checkpoint_is_one_line_and_moves_nothing(tmp_path, corpus, 
 
 
 def test_full_disk_during_a_metrics_write_stops_with_one_line_and_resumes(
-    tmp_path, corpus, cache_dir, reference, capsys, monkeypatch):
-  config = config_for(corpus, cache_dir, checkpoint_every=2)
+    tmp_path, corpus_file, cache_dir, reference, capsys, monkeypatch):
+  config = config_for(corpus_file, cache_dir, checkpoint_every=2)
   real_write = trainer.metrics_lib.MetricsWriter.write
 
   def write_until_full(self, step, scalars):
@@ -214,9 +210,9 @@ def test_full_disk_during_a_metrics_write_stops_with_one_line_and_resumes(
 
 
 def test_full_disk_during_a_checkpoint_write_stops_with_one_line_and_resumes(
-    tmp_path, corpus, cache_dir, reference, capsys, monkeypatch):
+    tmp_path, corpus_file, cache_dir, reference, capsys, monkeypatch):
   """The error as tensorstore raises it from orbax's writer (seen on a full tmpfs; the real thing below)."""
-  config = config_for(corpus, cache_dir, checkpoint_every=2)
+  config = config_for(corpus_file, cache_dir, checkpoint_every=2)
   real_save = checkpoint.ocp.CheckpointManager.save
 
   def save_until_full(self, step, *args, **kwargs):
@@ -299,12 +295,12 @@ def test_unretrieved_failed_writes_are_not_printed_after_the_error_line(capfd):
 
 
 @pytest.mark.skipif(not _unshare_works(), reason='cannot mount a tmpfs here (unshare -rm refused)')
-def test_full_tmpfs_stops_with_one_line_and_the_same_command_resumes(tmp_path, corpus, cache_dir, reference):
+def test_full_tmpfs_stops_with_one_line_and_the_same_command_resumes(tmp_path, corpus_file, cache_dir, reference):
   """A real full disk: a 32 MB tmpfs filled while the run writes its checkpoints."""
   mount = tmp_path / 'mnt'
   mount.mkdir()
   result = subprocess.run(['unshare', '-rm', sys.executable, '-c', _DISK_FULL_DRIVER, str(mount),
-                           json.dumps(command(mount / 'run', corpus, cache_dir))],
+                           json.dumps(command(mount / 'run', corpus_file, cache_dir))],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=True)
   report = json.loads(result.stdout)
   (returncode, stderr), complete = report['first'], report['complete']
@@ -322,11 +318,11 @@ def test_full_tmpfs_stops_with_one_line_and_the_same_command_resumes(tmp_path, c
 
 
 @pytest.mark.skipif(not _unshare_works(), reason='cannot mount a tmpfs here (unshare -rm refused)')
-def test_read_only_workdir_is_one_line(tmp_path, corpus, cache_dir):
+def test_read_only_workdir_is_one_line(tmp_path, corpus_file, cache_dir):
   mount = tmp_path / 'mnt'
   mount.mkdir()
   script = (f'mount -t tmpfs -o ro tmpfs {mount} && exec ' +
-            ' '.join(command(mount / 'run', corpus, cache_dir)))
+            ' '.join(command(mount / 'run', corpus_file, cache_dir)))
   result = subprocess.run(['unshare', '-rm', 'sh', '-c', script], cwd=REPO, capture_output=True, text=True,
                           timeout=300, check=False)
   assert result.returncode == 1
@@ -353,19 +349,19 @@ def test_text_corpus_that_changes_or_vanishes_between_runs_is_one_line(tmp_path,
 
 
 @pytest.fixture()
-def built(tmp_path, corpus, cache_dir):
+def built(tmp_path, corpus_file, cache_dir):
   """A corpus packed into several small ArrayRecord shards, and the run config reading it."""
-  source = corpus_lib.TextFiles(corpus)
-  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus, vocab_size=64, cache_dir=cache_dir))
+  source = corpus_lib.TextFiles(corpus_file)
+  tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=64, cache_dir=cache_dir))
   build_lib.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1, shard_bytes=4096)
   return tmp_path / 'built', config_for(str(tmp_path / 'built'), cache_dir, checkpoint_every=2)
 
 
-def test_rebuilt_dataset_is_refused_on_resume(tmp_path, corpus, built):
+def test_rebuilt_dataset_is_refused_on_resume(tmp_path, corpus_file, built):
   directory, config = built
   trainer.train(config, tmp_path / 'run', stop_after=2)
   tokenizer = data.load_tokenizer(data.DataConfig(source=str(directory)))
-  build_lib.build(corpus_lib.TextFiles(corpus), tokenizer, str(directory), max_length=32, processes=1,
+  build_lib.build(corpus_lib.TextFiles(corpus_file), tokenizer, str(directory), max_length=32, processes=1,
                   shard_bytes=4096, seed=1, overwrite=True)  # other examples (packed with another seed)
   with pytest.raises(data.DataError, match='the corpus changed|other examples than data.source now gives'):
     trainer.train(config, tmp_path / 'run')
@@ -401,33 +397,33 @@ def test_shard_cut_short_is_one_line_before_and_during_a_run(tmp_path, built, mo
     ({'objective.name': 'bert'}, "unknown objective.name 'bert'"),
     ({'model.hidden_size': 31}, 'not divisible by model.num_heads'),
 ])
-def test_a_refused_command_writes_nothing(tmp_path, corpus, cache_dir, overrides, message):
+def test_a_refused_command_writes_nothing(tmp_path, corpus_file, cache_dir, overrides, message):
   with pytest.raises(trainer.config_lib.ConfigError, match=message):
-    trainer.train(config_for(corpus, cache_dir, **overrides), tmp_path / 'run')
+    trainer.train(config_for(corpus_file, cache_dir, **overrides), tmp_path / 'run')
   assert not (tmp_path / 'run').exists()  # so the corrected command starts afresh, not "a run with other settings"
 
 
-def test_resume_with_other_model_or_data_settings_is_refused_and_rewrites_nothing(tmp_path, corpus, cache_dir):
-  config = config_for(corpus, cache_dir, checkpoint_every=2)
+def test_resume_with_other_model_or_data_settings_is_refused_and_rewrites_nothing(tmp_path, corpus_file, cache_dir):
+  config = config_for(corpus_file, cache_dir, checkpoint_every=2)
   trainer.train(config, tmp_path, stop_after=2)
   saved = (tmp_path / 'config.json').read_bytes()
   for key, value, section in (('model.hidden_size', 64, 'model'), ('data.max_seq_length', 16, 'data')):
     with pytest.raises(trainer.config_lib.ConfigError, match=rf'holds a run with different {section} settings '
                                                               rf'\({key}\); resume with the same settings'):
-      trainer.train(override(config_for(corpus, cache_dir), {key: value}), tmp_path)
+      trainer.train(override(config_for(corpus_file, cache_dir), {key: value}), tmp_path)
   assert (tmp_path / 'config.json').read_bytes() == saved
 
 
-def test_a_run_that_trains_nothing_leaves_config_json_alone(tmp_path, corpus, cache_dir, reference, capsys):
+def test_a_run_that_trains_nothing_leaves_config_json_alone(tmp_path, corpus_file, cache_dir, reference, capsys):
   workdir = tmp_path / 'copy'
   shutil.copytree(reference, workdir)
   before = (workdir / 'config.json').read_bytes(), (workdir / 'config.json').stat().st_mtime_ns
-  assert trainer.train(config_for(corpus, cache_dir, train_steps=5, **{'optimizer.learning_rate': 0.5}),
+  assert trainer.train(config_for(corpus_file, cache_dir, train_steps=5, **{'optimizer.learning_rate': 0.5}),
                        workdir) == {}
   assert 'already trained to step 10 >= train_steps=5' in capsys.readouterr().err
   assert ((workdir / 'config.json').read_bytes(), (workdir / 'config.json').stat().st_mtime_ns) == before
   # A run that does train records what it trained with.
-  trainer.train(config_for(corpus, cache_dir, train_steps=11), workdir)
+  trainer.train(config_for(corpus_file, cache_dir, train_steps=11), workdir)
   assert json.loads((workdir / 'config.json').read_text())['train_steps'] == 11
 
 
@@ -453,15 +449,15 @@ def test_a_missing_input_file_is_one_line(capsys):
 
 
 @pytest.fixture(scope='module')
-def broken_run(tmp_path_factory, corpus, cache_dir):
+def broken_run(tmp_path_factory, corpus_file, cache_dir):
   """A workdir whose only checkpoint lost its array data (`state/d` deleted)."""
   workdir = tmp_path_factory.mktemp('broken')
-  trainer.train(config_for(corpus, cache_dir, checkpoint_every=2), workdir, stop_after=2)
+  trainer.train(config_for(corpus_file, cache_dir, checkpoint_every=2), workdir, stop_after=2)
   damage(workdir / 'checkpoints' / '2', 'removed')
   return workdir
 
 
-def test_command_line_mistakes_are_one_line(tmp_path, corpus, cache_dir, broken_run):
+def test_command_line_mistakes_are_one_line(tmp_path, corpus_file, cache_dir, broken_run):
   main = [sys.executable, '-m', 'electra_jax.main']
   detect_cli = [sys.executable, '-m', 'electra_jax.detect']
   (tmp_path / 'a_file').write_text('')
@@ -486,7 +482,7 @@ def test_command_line_mistakes_are_one_line(tmp_path, corpus, cache_dir, broken_
                                                 r'configs/finetune.py; configs/tiny.py is a pre-training config'),
       'fine-tuning config runs fine-tuning': (main + ['--config=configs/finetune.py', f'--workdir={new}'],
                                               r"unknown task '': give one of cola"),
-      'mesh that does not fit': (command(new, corpus, cache_dir, '--config.mesh.shape=16,1,1'),
+      'mesh that does not fit': (command(new, corpus_file, cache_dir, '--config.mesh.shape=16,1,1'),
                                  r'mesh.shape \(16, 1, 1\) does not fit 8 devices'),
       'detect a missing workdir': (detect_cli + ['--checkpoint', new, 'the cat'],
                                    r'\S+/new does not exist: give the workdir of a pre-training run or of an import'),
@@ -495,7 +491,7 @@ def test_command_line_mistakes_are_one_line(tmp_path, corpus, cache_dir, broken_
       'detect a damaged checkpoint': (detect_cli + ['--checkpoint', str(broken_run), 'the cat'],
                                       r'checkpoint 2 in \S+ cannot be read \(.*\); it may be incomplete or damaged, '
                                       r'or not match \S+/config.json'),
-      'resume a damaged checkpoint': (command(broken_run, corpus, cache_dir),
+      'resume a damaged checkpoint': (command(broken_run, corpus_file, cache_dir),
                                       r'no checkpoint in \S+ can be read \(steps 2; the newest: checkpoint 2 in \S+ '
                                       r'cannot be read \(.*\)\)\. Move them aside'),
   }

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import types
@@ -22,7 +21,7 @@ from configs import finetune as finetune_config
 from conftest import WORDS, make_corpus, override
 from electra_jax import checkpoint, convert, data, detect, fileio, finetune, trainer
 from electra_jax.data import DataError, build, corpus
-from test_trainer import final_params, tiny_config
+from test_trainer import final_params, sigterm_at_step, tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -237,16 +236,7 @@ def runs(tmp_path_factory, gcs_bucket, corpus_file, cache_dir, compile_once):
   trainer.train(one_go, local / 'one_go')
 
   config = tiny_config(f'{root}/corpus', cache_dir, **{'data.tokenizer': f'{root}/tokenizer'})
-  real_next, calls = data.BatchIterator.__next__, []
-
-  def next_then_preempt(self):
-    calls.append(1)
-    if len(calls) == 3:  # delivered while step 3 is prepared: the run checkpoints after step 3 and stops
-      os.kill(os.getpid(), signal.SIGTERM)
-    return real_next(self)
-
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(data.BatchIterator, '__next__', next_then_preempt)
+  with sigterm_at_step(3):
     trainer.train(config, f'{root}/run')
   stopped = (checkpoint_steps(f'{root}/run'), [m['step'] for m in _read_jsonl(f'{root}/run/metrics.jsonl')])
   trainer.train(config, f'{root}/run')

@@ -1,5 +1,6 @@
 """The training loop end to end: resume equality, preemption, NaN handling, bad input, the CLI."""
 
+import contextlib
 import json
 import math
 import os
@@ -86,22 +87,27 @@ def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
   assert_same_run(config, one_go, tmp_path)
 
 
-def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, monkeypatch, one_go):
-  config = tiny_config(corpus_file, cache_dir)
-
-  real_next = data.BatchIterator.__next__
-  calls = {'n': 0}
+@contextlib.contextmanager
+def sigterm_at_step(step: int):
+  """Delivers a SIGTERM while the batch of `step` is being prepared: the run checkpoints after `step` and stops."""
+  real_next, calls = data.BatchIterator.__next__, []
 
   def next_then_preempt(self):
-    calls['n'] += 1
-    if calls['n'] == 3:  # delivered while step 3 is being prepared: the loop stops after step 3
+    calls.append(1)
+    if len(calls) == step:
       os.kill(os.getpid(), signal.SIGTERM)
     return real_next(self)
 
-  monkeypatch.setattr(data.BatchIterator, '__next__', next_then_preempt)
-  trainer.train(config, tmp_path)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(data.BatchIterator, '__next__', next_then_preempt)
+    yield
+
+
+def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
+  config = tiny_config(corpus_file, cache_dir)
+  with sigterm_at_step(3):
+    trainer.train(config, tmp_path)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3']
-  monkeypatch.setattr(data.BatchIterator, '__next__', real_next)
   trainer.train(config, tmp_path)
   assert_same_run(config, one_go, tmp_path)
 
