@@ -2,6 +2,8 @@
 
 import collections
 import gzip
+import os
+import shutil
 
 import pytest
 
@@ -65,6 +67,31 @@ def test_empty_corpus(tmp_path, corpus_file, cache_dir):
   assert not (tmp_path / 'out').exists()
   del cache_dir
 
+
+def test_a_moved_corpus_keeps_its_tokenizer_and_packed_data(tmp_path, corpus_file, cache_dir, monkeypatch):
+  """Caches are keyed by the text, not by where it lies or when it was written: a corpus copied, restored from a
+  backup or re-mounted (new path, new mtime) reuses its cached tokenizer and packed examples."""
+  config = data.DataConfig(source=corpus_file, vocab_size=60, max_seq_length=32)
+  tokenizer = data.load_tokenizer(config)
+  examples = data.load_examples(config, tokenizer)
+  moved = tmp_path / 'restored' / os.path.basename(corpus_file)
+  moved.parent.mkdir()
+  shutil.copyfile(corpus_file, moved)
+  os.utime(moved, (1e9, 1e9))
+  moved_config = data.DataConfig(source=str(moved), vocab_size=60, max_seq_length=32)
+  monkeypatch.setattr(build, 'pack_in_memory', lambda *args, **kwargs: pytest.fail('packed again'))
+  monkeypatch.setattr(data.tokenizer_lib, 'train', lambda *args, **kwargs: pytest.fail('trained again'))
+  moved_tokenizer = data.load_tokenizer(moved_config)
+  assert moved_tokenizer.fingerprint == tokenizer.fingerprint
+  assert data.load_examples(moved_config, moved_tokenizer).fingerprint == examples.fingerprint
+
+  # Other text under the same name, size and mtime is other text.
+  text = bytearray(moved.read_bytes())
+  text[len(text) // 2] ^= 1
+  moved.write_bytes(bytes(text))
+  os.utime(moved, (1e9, 1e9))
+  assert corpus.open_source(str(moved)).fingerprint() != corpus.open_source(corpus_file).fingerprint()
+  del cache_dir
 
 tfds = pytest.importorskip('tensorflow_datasets')
 

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import glob
 import gzip
+import hashlib
 import os
 import random
 from typing import Iterator
@@ -128,7 +129,9 @@ class TextFiles:
     return (line for document in self.documents() for line in document)
 
   def fingerprint(self) -> list:
-    """What identifies the text for caches: each file's path, size and modification time."""
+    """What identifies the text for caches: each local file's name, size and sha256 (not its path or mtime: a
+    copied, restored or re-mounted corpus keeps its tokenizer and packed data), a gs:// object's path, size and
+    upload time."""
     return [_file_fingerprint(f) for f in self.files]
 
 
@@ -136,7 +139,8 @@ def _file_fingerprint(path: str) -> tuple:
   if fileio.is_remote(path):
     stat = fileio.path(path).stat()
     return path, stat.length, stat.mtime
-  return os.path.abspath(path), os.path.getsize(path), int(os.path.getmtime(path))
+  with open(path, 'rb') as f:
+    return os.path.basename(path), os.path.getsize(path), hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 class TfdsText:
