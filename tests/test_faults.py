@@ -27,6 +27,7 @@ from electra_jax.data import corpus as corpus_lib
 from electra_jax.experiments import compare
 import faults_config  # pylint: disable=g-bad-import-order
 from conftest import make_corpus, override  # pylint: disable=g-bad-import-order
+from test_trainer import read_metrics  # pylint: disable=g-bad-import-order
 
 pytestmark = [pytest.mark.faults, pytest.mark.usefixtures('compile_once')]
 
@@ -44,17 +45,12 @@ def command(workdir, source, cache_dir, *flags):
           f'--config.data.source={source}', f'--config.data.cache_dir={cache_dir}', *flags]
 
 
-def losses(workdir) -> list[tuple[int, float]]:
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [(m['step'], m['loss']) for m in map(json.loads, f)]
-
-
 def assert_same_losses(workdir, reference):
   """The per-step losses of `workdir` are those of the uninterrupted `reference`: the same XLA program on the same
   inputs is deterministic on CPU (a resumed process recompiles; 1e-6 covers a changed reduction order, none seen)."""
-  ours, theirs = losses(workdir), losses(reference)
-  assert [s for s, _ in ours] == [s for s, _ in theirs]
-  np.testing.assert_allclose([l for _, l in ours], [l for _, l in theirs], rtol=1e-6)
+  ours, theirs = read_metrics(workdir), read_metrics(reference)
+  assert [m['step'] for m in ours] == [m['step'] for m in theirs]
+  np.testing.assert_allclose([m['loss'] for m in ours], [m['loss'] for m in theirs], rtol=1e-6)
 
 
 def step_dirs(workdir) -> tuple[list[int], list[str]]:
