@@ -93,6 +93,7 @@ def test_a_moved_corpus_keeps_its_tokenizer_and_packed_data(tmp_path, corpus_fil
   assert corpus.open_source(str(moved)).fingerprint() != corpus.open_source(corpus_file).fingerprint()
   del cache_dir
 
+
 tfds = pytest.importorskip('tensorflow_datasets')
 
 

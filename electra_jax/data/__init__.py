@@ -3,9 +3,10 @@
 What the trainer calls: `load_tokenizer(config)`, `load_examples(config, tokenizer, seed)` and `BatchIterator`.
 `data.source` is text files, `tfds:NAME[/CONFIG]`, or a directory `python -m electra_jax.data build` wrote, local
 or gs://. Text sources are packed in memory on first use; that and any tokenizer trained here are cached under
-`data.cache_dir`, keyed by the source (file names, sizes, contents) and the settings, so a second run starts at once. Large
-corpora are built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on demand; shards
-on gs:// are read from a verified local copy in `data.cache_dir` (array_record opens local files only).
+`data.cache_dir`, keyed by the source (file names, sizes, contents) and the settings, so a second run starts at
+once. Large corpora are built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on
+demand; shards on gs:// are read from a verified local copy in `data.cache_dir` (array_record opens local files
+only).
 """
 
 import dataclasses
