@@ -81,9 +81,13 @@ def test_a_moved_corpus_keeps_its_tokenizer_and_packed_data(tmp_path, corpus_fil
   moved_config = data.DataConfig(source=str(moved), vocab_size=60, max_seq_length=32)
   monkeypatch.setattr(build, 'pack_in_memory', lambda *args, **kwargs: pytest.fail('packed again'))
   monkeypatch.setattr(data.tokenizer_lib, 'train', lambda *args, **kwargs: pytest.fail('trained again'))
+  digests = []
+  monkeypatch.setattr(corpus.hashlib, 'file_digest', lambda f, name, real=corpus.hashlib.file_digest: (
+      digests.append(f.name), real(f, name))[1])
   moved_tokenizer = data.load_tokenizer(moved_config)
   assert moved_tokenizer.fingerprint == tokenizer.fingerprint
   assert data.load_examples(moved_config, moved_tokenizer).fingerprint == examples.fingerprint
+  assert digests == [str(moved)]  # read once for both cache keys
 
   # Other text under the same name, size and mtime is other text.
   text = bytearray(moved.read_bytes())

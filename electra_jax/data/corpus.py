@@ -13,6 +13,7 @@ undecodable) are skipped and counted in `skipped`.
 
 import collections
 import contextlib
+import functools
 import glob
 import gzip
 import hashlib
@@ -139,8 +140,17 @@ def _file_fingerprint(path: str) -> tuple:
   if fileio.is_remote(path):
     stat = fileio.path(path).stat()
     return path, stat.length, stat.mtime
+  stat = os.stat(path)
+  # A write changes st_ctime (utime cannot set it back): the digest is read once per process per version of a file,
+  # not once by the tokenizer's cache key and again by the packed examples'.
+  return os.path.basename(path), stat.st_size, _sha256(os.path.abspath(path), stat.st_ino, stat.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sha256(path: str, inode: int, ctime_ns: int) -> str:
+  del inode, ctime_ns  # the cache key: another file or another version of it
   with open(path, 'rb') as f:
-    return os.path.basename(path), os.path.getsize(path), hashlib.file_digest(f, 'sha256').hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 class TfdsText:
