@@ -67,8 +67,8 @@ def _check_resume_config(workdir, config_dict: dict):
 
 def _run_tokenizer(data_config: data.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
-  trained on those ids, and the cache key of a tokenizer trained from the source holds the files' modification
-  times, which a copy, a restore or another machine changes, so it would be trained again and may differ."""
+  trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
+  trained again from the source would differ (SentencePiece training is not reproducible byte for byte)."""
   if not (workdir / 'checkpoints').is_dir():
     return data.load_tokenizer(data_config)
   try:
