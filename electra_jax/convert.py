@@ -7,7 +7,8 @@
 A workdir is what the trainer writes: config.json (every key of configs/default.py), tokenizer files and
 checkpoints/<step>/ holding a TrainState. An import is step 0 with a fresh optimiser state: ready to fine-tune
 (`electra_jax.checkpoint.load_params`) or to continue pre-training. An export writes HF_DIR/discriminator
-(ElectraForPreTraining) and HF_DIR/generator (ElectraForMaskedLM), each config.json + model.safetensors.
+(ElectraForPreTraining) and HF_DIR/generator (ElectraForMaskedLM), each config.json + model.safetensors, and the
+workdir's tokenizer as a fast tokenizer that transformers' AutoTokenizer loads (see `hf_tokenizer`).
 
 Names: `hf_name` and `tf_name` map one of our parameter paths to its name in the other format. Imports invert them
 by enumerating our own parameter tree, so each mapping is written once and serves both directions. Our two towers
@@ -30,7 +31,7 @@ import numpy as np
 from flax import traverse_util
 
 from configs import default as default_config
-from electra_jax import checkpoint, data, fileio, optimizer
+from electra_jax import checkpoint, data, fileio, hf_tokenizer, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra
@@ -463,14 +464,6 @@ def import_tf(tf_checkpoint: str, out: str, *, seed: int = 0):
   write_workdir(out, model_section, params, tokenizer_dir=directory)
 
 
-def _pad_id(workdir: str) -> int:
-  """The [PAD] id of the workdir's tokenizer (HF's configs record it), 0 if there is none."""
-  try:
-    return data.tokenizer.load(workdir).special.pad
-  except data.DataError:
-    return 0
-
-
 def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
   """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}."""
   state_dicts = {DISC: {}, GEN: {}}
@@ -492,13 +485,27 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
         f'{workdir} was trained with model.tying={config.model.tying!r}; the export writes the Hugging Face pair '
         'of models whose generator shares only the embeddings with the discriminator (model.tying=embeddings). '
         'For the discriminator alone, fine-tune from the workdir directly (--config.init_checkpoint)')
-  configs = hf_configs(config.model, _pad_id(workdir))
+  tokenizer = _workdir_tokenizer(workdir)
+  if tokenizer:
+    hf_tokenizer.to_hf(tokenizer)  # one it cannot convert fails here, before anything is written
+  configs = hf_configs(config.model, tokenizer.special.pad if tokenizer else 0)  # HF's configs record [PAD]
   for what, state_dict in hf_state_dicts(params).items():
     directory = fileio.path(out) / what
     with fileio.atomic_writer(directory / 'model.safetensors') as f:
       f.write(save(state_dict, metadata={'format': 'pt'}))
     fileio.write_json(directory / 'config.json', configs[what])
-    _copy_tokenizer_files(workdir, directory)
+    if tokenizer:  # its own file (for SentencePiece or BERT code) and the fast tokenizer AutoTokenizer loads
+      tokenizer.save(directory)
+      hf_tokenizer.save(tokenizer, directory, max_length=config.model.max_position_embeddings)
+
+
+def _workdir_tokenizer(workdir: str) -> data.tokenizer.Tokenizer | None:
+  """The workdir's tokenizer; None (with a warning) if it has none."""
+  try:
+    return data.tokenizer.load(workdir)
+  except data.DataError as e:
+    warnings.warn(f'the export holds no tokenizer: {e}', ConversionWarning)
+    return None
 
 
 def main(argv=None):

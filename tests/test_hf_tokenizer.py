@@ -1,0 +1,74 @@
+"""The Hugging Face export's tokenizer: transformers' AutoTokenizer loads it and encodes exactly as electra_jax."""
+
+import random
+
+import pytest
+
+transformers = pytest.importorskip('transformers')
+
+from electra_jax import convert, hf_tokenizer  # pylint: disable=g-import-not-at-top
+from electra_jax.data import tokenizer as tokenizer_lib
+from test_convert import MODEL_SECTION, random_params  # pylint: disable=g-bad-import-order
+
+# Words with accents, capitals, digits, punctuation and a few scripts; rare characters fall outside SentencePiece's
+# character coverage and become [UNK].
+WORDS = ('the cat dog Bird sat ran on under café naïve résumé 42 3.14 hello, world! don\'t e-mail ÉCOLE straße '
+         'Ωmega 東京 (x) [y] {z} $5 100% a+b=c The THE Über').split()
+SENTENCES = [
+    'The cat sat on the mat.', 'CAFÉ naïve résumé', '  leading, trailing   and   repeated spaces  ',
+    'tab\there\nnewline', '東京 Ωmega straße', 'Unknown ☃ snowman ☃☃ and 😀 emoji', '3.14 100% $5 a+b=c 2026-11-23',
+    "don't e-mail (x) [y] {z}", 'ﬁ ligature ① circled Ｆｕｌｌ width', 'İstanbul ΣΟΦΟΣ Straße', '', 'x', 'zzz qqq',
+    'hello,world!!!', '\u00a0no-break\u2003em space', 'a\u200bzero width', 'MiXeD CaSe 123abc', 'ÜBER über Über',
+    'ÉCOLE école', 'Bird BIRD bird', '"quoted" \'single\' `back`', 'ellipsis... and—dash – en', '#hash @at ^caret',
+    '١٢٣ arabic digits', 'The dog ran under the tree, and the cat ran on the mat.', 'a' * 40, '....', 'é' * 5,
+]
+PAIRS = [('The cat sat.', 'On the mat!'), ('', 'only b'), ('CAFÉ', '東京 ☃'), ('42', '3.14')]
+
+
+@pytest.fixture(scope='module')
+def lines():
+  rng = random.Random(0)
+  return [' '.join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(600)]
+
+
+def our_ids(tokenizer, a, b=None):
+  """[CLS] a [SEP] (b [SEP]) with segment ids 0 then 1, as the data pipeline and fine-tuning build them."""
+  a_ids = [tokenizer.special.cls] + tokenizer.encode([a])[0] + [tokenizer.special.sep]
+  b_ids = tokenizer.encode([b])[0] + [tokenizer.special.sep] if b is not None else []
+  return a_ids + b_ids, [0] * len(a_ids) + [1] * len(b_ids)
+
+
+@pytest.mark.parametrize('kind,lowercase,vocab_size', [('unigram', True, 70), ('unigram', False, 70),
+                                                       ('bpe', True, 70), ('wordpiece', True, 150),
+                                                       ('wordpiece', False, 150)])
+def test_auto_tokenizer_encodes_as_we_do(lines, tmp_path, kind, lowercase, vocab_size):
+  ours = tokenizer_lib.train(lines, str(tmp_path / 'ours'), vocab_size=vocab_size, kind=kind, lowercase=lowercase)
+  assert hf_tokenizer.save(ours, tmp_path / 'hf', max_length=128) == ['tokenizer.json', 'tokenizer_config.json']
+  theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
+
+  assert (theirs.cls_token_id, theirs.sep_token_id, theirs.pad_token_id, theirs.mask_token_id,
+          theirs.unk_token_id) == (2, 3, 0, 4, 1)
+  assert theirs.model_max_length == 128
+  encoded = [our_ids(ours, s)[0] for s in SENTENCES]
+  assert theirs(SENTENCES)['input_ids'] == encoded
+  assert any(ours.special.unk in ids for ids in encoded)  # unknown characters are covered
+  for a, b in PAIRS:
+    pair = theirs(a, b)
+    assert (pair['input_ids'], pair['token_type_ids']) == our_ids(ours, a, b)
+  assert theirs('the [MASK] sat')['input_ids'].count(ours.special.mask) == 1  # a special token in text is itself
+
+
+def test_export_of_a_sentencepiece_workdir_loads_with_auto_tokenizer(lines, tmp_path):
+  """The command line's export: AutoTokenizer loads both models' tokenizers, and an import reads it back."""
+  ours = tokenizer_lib.train(lines, str(tmp_path / 'tokenizer'), vocab_size=70)
+  section = dict(MODEL_SECTION, vocab_size=ours.vocab_size)
+  convert.write_workdir(str(tmp_path / 'run'), section, random_params(convert.ModelConfig(**section)),
+                        tokenizer_dir=str(tmp_path / 'tokenizer'))
+  convert.main(['--checkpoint', str(tmp_path / 'run'), '--to-hf', str(tmp_path / 'hf')])
+  for what in ('discriminator', 'generator'):
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf' / what))
+    assert theirs(SENTENCES)['input_ids'] == [our_ids(ours, s)[0] for s in SENTENCES]
+  convert.import_hf(str(tmp_path / 'hf' / 'discriminator'), str(tmp_path / 'back'),
+                    generator_dir=str(tmp_path / 'hf' / 'generator'))
+  back = tokenizer_lib.load(str(tmp_path / 'back'))
+  assert (back.kind, back.lowercase, back.model_bytes) == ('sentencepiece', True, ours.model_bytes)
