@@ -10,8 +10,6 @@ Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, head
 For pre-training objectives compared at equal compute, see `python -m electra_jax.experiments.compare`.
 """
 
-import collections
-import csv
 import json
 import os
 import sys
@@ -49,7 +47,7 @@ def make_config(task_dir: str, pretrained: str, from_scratch: bool):
   config.max_seq_length = _MAX_LEN.value
   config.optimizer.learning_rate = _LR.value
   config.save_model = False
-  config.write_predictions = True  # dev predictions: how often the most frequent answer is given
+  config.write_predictions = True  # dev predictions (gold and predicted side by side)
   config.log_every = 1000
   if from_scratch:
     with open(os.path.join(pretrained, 'config.json'), encoding='utf-8') as f:
@@ -62,16 +60,15 @@ def make_config(task_dir: str, pretrained: str, from_scratch: bool):
   return config
 
 
-def constant_answer_shares(workdir: str, seeds: list[int]) -> list[float] | None:
-  """Per seed, the fraction of dev examples given its most frequent predicted label; None for tagging tasks."""
+def constant_answer_shares(results: dict) -> list[float] | None:
+  """Per seed, the fraction of dev examples given its most frequent predicted label (results.json's
+  top_prediction); None for tagging tasks."""
   shares = []
-  for seed in seeds:
-    path = os.path.join(workdir, 'seeds', str(seed), 'predictions', 'dev.tsv')
-    if not os.path.exists(path):
+  for row in results['seeds']:
+    top = (row.get('top_prediction') or {}).get('dev')
+    if not top or results['main_metric'] in ('dev/token_accuracy', 'dev/span_f1'):
       return None
-    with open(path, encoding='utf-8', newline='') as f:
-      labels = [row[0] for row in list(csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE))[1:] if row]
-    shares.append(collections.Counter(labels).most_common(1)[0][1] / len(labels))
+    shares.append(top['share'])
   return shares
 
 
@@ -92,7 +89,7 @@ def main(argv):
       main_metric = results['main_metric']
       row['metric'] = main_metric
       row[label] = (results['median'][main_metric], [s[main_metric] for s in results['seeds']])
-      row[label + ' shares'] = constant_answer_shares(workdir, [s['seed'] for s in results['seeds']])
+      row[label + ' shares'] = constant_answer_shares(results)
       row[label + ' time'] = time.time() - start
     rows.append(row)
   if set(_INITS.value) != {'pre-trained', 'from scratch'}:

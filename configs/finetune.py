@@ -27,7 +27,8 @@ def get_config():
   config.eval_batch_size = 64  # Evaluation batch (lower it for SQuAD on small memory).
   config.max_seq_length = 0  # Tokens per example; 0: the task's.
   config.head_dropout = 0.1  # Dropout before the classification/tagging dense layer.
-  config.log_every = 100  # Steps between updates of the progress bar's loss.
+  config.log_every = 100  # Steps between loss lines in seeds/<seed>/metrics.jsonl (at most a 20th of the run).
+  config.eval_every = 0  # Steps between dev scores in seeds/<seed>/metrics.jsonl; 0: only at the end.
   config.checkpoint_every = 500  # Steps between checkpoints of the seed in training (a rerun resumes from it).
   config.glue_dir = ''  # GLUE's distribution as unzipped (the directory holding CoLA/, RTE/, ...); '': tfds.
   config.squad_dir = ''  # The directory holding SQuAD's train-v1.1.json/dev-v1.1.json (v2.0 likewise); '': tfds.
@@ -36,6 +37,7 @@ def get_config():
   config.write_predictions = True  # Dev predictions and test submission files under WORKDIR/seeds/<seed>/predictions.
   config.predict_input = ''  # --mode=predict: a file with one example per line ('-': stdin).
   config.predict_output = ''  # --mode=predict: where predictions go ('': stdout).
+  config.predict_format = 'tsv'  # --mode=predict: tsv (prediction, probabilities, input), jsonl, or labels (bare).
 
   config.optimizer = default.adam()  # + weight_decay, b1, b2, eps, clip_norm, bias_correction
   config.optimizer.learning_rate = 0.0  # Peak learning rate; 0: the paper's for the model width.

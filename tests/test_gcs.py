@@ -327,7 +327,8 @@ def test_finetune_predict_detect_and_convert_on_gcs(runs, cache_dir, capsys):
   assert (fileio.path(root) / 'finetuned' / 'seeds' / '0' / 'predictions' / 'dev.tsv').is_file()
 
   fileio.write_text(f'{root}/inputs.txt', 'the happy cat\nthe dog ran\n')
-  override(config, {'predict_input': f'{root}/inputs.txt', 'predict_output': f'{root}/predicted.txt'})
+  override(config, {'predict_input': f'{root}/inputs.txt', 'predict_output': f'{root}/predicted.txt',
+                    'predict_format': 'labels'})
   finetune.predict_main(config, f'{root}/finetuned')
   assert set(fileio.path(f'{root}/predicted.txt').read_text().split()) <= {'yes', 'no'}
   assert len(fileio.path(f'{root}/predicted.txt').read_text().splitlines()) == 2

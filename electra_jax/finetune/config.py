@@ -8,6 +8,7 @@ from electra_jax.data import DataConfig
 
 # Paper settings by model width (ELECTRA appendix): (peak learning rate, layer-wise decay).
 PAPER_SETTINGS = ((1024, 5e-5, 0.9), (768, 1e-4, 0.8), (0, 3e-4, 0.8))  # large, base, small
+PREDICT_FORMATS = ('tsv', 'jsonl', 'labels')  # what --mode=predict prints (see predict.format_predictions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class FinetuneConfig:
   max_seq_length: int = 0
   head_dropout: float = 0.1
   log_every: int = 100
+  eval_every: int = 0
   checkpoint_every: int = 500
   glue_dir: str = ''
   squad_dir: str = ''
@@ -64,6 +66,7 @@ class FinetuneConfig:
   write_predictions: bool = True
   predict_input: str = ''
   predict_output: str = ''
+  predict_format: str = 'tsv'
   optimizer: OptimizerConfig = OptimizerConfig()
   squad: SquadConfig = SquadConfig()
   model: ModelConfig = ModelConfig()
@@ -79,6 +82,12 @@ class FinetuneConfig:
     if self.init_step < 0 or self.max_train_examples < 0:
       raise ConfigError('config keys init_step and max_train_examples must be >= 0 (0: the latest step, all '
                         'examples)')
+    if self.eval_every < 0:
+      raise ConfigError(f'config key eval_every must be >= 0 (0: score the dev set only at the end), got '
+                        f'{self.eval_every}')
+    if self.predict_format not in PREDICT_FORMATS:
+      raise ConfigError(f'config key predict_format must be one of {", ".join(PREDICT_FORMATS)}, got '
+                        f'{self.predict_format!r}')
     if self.init_step and not self.init_checkpoint:
       raise ConfigError('config key init_step needs init_checkpoint (a pre-training WORKDIR)')
 

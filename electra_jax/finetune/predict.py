@@ -4,7 +4,11 @@ to (dev predictions, GLUE/SQuAD submission files). `Predictor(workdir)` loads wh
 Input of `--mode=predict` (`--config.predict_input`, one example per line; '-' for stdin):
   classification/regression  `sentence[<TAB>sentence2]`;  tagging  whitespace-separated words;
   squad                      `question<TAB>context`.
-Output: one prediction per line (label, number, space-separated tags, or answer text).
+Output (`--config.predict_format`), one line per input line, in order:
+  tsv     a header, then `prediction[<TAB>p_LABEL...]<TAB>input columns` (class probabilities for classification;
+          tags space-separated for tagging);
+  jsonl   {"input": [columns] (words for tagging), "prediction": ..., "probabilities": {label: p}} per line;
+  labels  the bare prediction (label, number, space-separated tags, or answer text).
 """
 
 import csv
@@ -75,12 +79,28 @@ def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_
   return [{'answer': answers[e.guid], 'null_odds': null_odds.get(e.guid)} for e in feats.examples]
 
 
-def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, examples: list, predicted: list):
+def probabilities(task: tasks.Task, outputs: dict) -> np.ndarray | None:
+  """[examples, classes] softmax of a classifier's logits (`infer`'s outputs); None for other task kinds."""
+  if task.kind != tasks.CLASSIFICATION or 'logits' not in outputs:
+    return None
+  logits = np.asarray(outputs['logits'], np.float64)
+  exp = np.exp(logits - logits.max(-1, keepdims=True))
+  return exp / exp.sum(-1, keepdims=True)
+
+
+def _cell(value) -> str:
+  return '' if value is None else f'{value:.4f}' if isinstance(value, float) else str(value)
+
+
+def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, examples: list, predicted: list,
+                      probs: np.ndarray | None = None):
   """Writes one split's predictions under `directory`:
 
-  GLUE: `index<TAB>prediction`, the leaderboard's format (test splits under its file names: CoLA.tsv, MNLI-m.tsv,
+  GLUE test splits: `index<TAB>prediction`, the leaderboard's format under its file names (CoLA.tsv, MNLI-m.tsv,
   AX.tsv, ...; class ids, or names for MNLI/QNLI/RTE/AX; STS-B scores 0-5);
-  local TSV: the input format with the predicted label; CoNLL: `word<TAB>predicted tag`;
+  other text splits (GLUE dev, task directories): `id<TAB>gold<TAB>prediction[<TAB>p_LABEL...]<TAB>texts`, labels
+  by name, gold empty when unlabelled, `probs` [examples, classes] as p_ columns;
+  CoNLL: `word<TAB>gold tag<TAB>predicted tag` (`word<TAB>predicted tag` when unlabelled);
   SQuAD: {id: answer} JSON (+ null_odds.json for 2.0, for the official script's threshold search).
   """
   directory = fileio.path(directory)
@@ -94,24 +114,33 @@ def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, exam
     return
   if task.kind == tasks.TAGGING:
     fileio.write_text(directory / f'{split.name}.conll', ''.join(
-        ''.join(f'{w}\t{t}\n' for w, t in zip(example.words, tags)) + '\n'
+        ''.join('\t'.join([w] + ([g] if example.tags else []) + [t]) + '\n'
+                for w, g, t in zip(example.words, example.tags or example.words, tags)) + '\n'
         for example, tags in zip(examples, predicted)))
     return
-  glue = task.glue_submission
-  name = split.submission if glue and split.submission else f'{split.name}.tsv'
   f = io.StringIO(newline='')
   writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')
-  if glue:
+  if task.glue_submission and split.submission:
     writer.writerow(['index', 'prediction'])
     for example, p in zip(examples, predicted):
       if task.kind == tasks.CLASSIFICATION and not task.label_names_in_submission:
         p = task.labels.index(p)
-      writer.writerow([example.guid, f'{p:.4f}' if isinstance(p, float) else p])
-  else:
-    writer.writerow(['label', 'sentence'] + (['sentence2'] if examples and len(examples[0].texts) > 1 else []))
-    for example, p in zip(examples, predicted):
-      writer.writerow([f'{p:.4f}' if isinstance(p, float) else p, *example.texts])
-  fileio.write_text(directory / name, f.getvalue())
+      writer.writerow([example.guid, _cell(p)])
+    fileio.write_text(directory / split.submission, f.getvalue())
+    return
+  texts = ['sentence', 'sentence2'][:max((len(e.texts) for e in examples), default=1)]
+  writer.writerow(['id', 'gold', 'prediction'] + _probability_columns(task, probs) + texts)
+  for i, (example, p) in enumerate(zip(examples, predicted)):
+    writer.writerow([example.guid, _cell(example.label), _cell(p)] + _probability_cells(probs, i) + list(example.texts))
+  fileio.write_text(directory / f'{split.name}.tsv', f.getvalue())
+
+
+def _probability_columns(task: tasks.Task, probs) -> list[str]:
+  return [] if probs is None else [f'p_{label}' for label in task.labels]
+
+
+def _probability_cells(probs, row: int) -> list[str]:
+  return [] if probs is None else [f'{p:.4f}' for p in probs[row]]
 
 
 class Predictor:
@@ -128,6 +157,7 @@ class Predictor:
     self.tokenizer = data.tokenizer.load(os.fspath(workdir), lowercase=saved['lowercase'])
     if seed is None:
       seed = json.loads((workdir / 'results.json').read_text())['best_seed']
+    self.seed = seed
     self.model = heads.make_model(self.task, ModelConfig(**saved['model']), 0.0, self.squad_config)
     ids = jnp.zeros((1, 16), jnp.int32)
     abstract = jax.eval_shape(lambda: nn.meta.unbox(self.model.init(
@@ -152,10 +182,44 @@ class Predictor:
     return out
 
   def predict(self, inputs: list, batch_size: int = 32) -> list:
+    return [p['answer'] if isinstance(p, dict) else p for p in self.predict_with_details(inputs, batch_size)[0]]
+
+  def predict_with_details(self, inputs: list, batch_size: int = 32) -> tuple[list, np.ndarray | None]:
+    """(predictions as `decode` gives them, [inputs, classes] class probabilities or None)."""
     examples = self.examples(inputs)
     feats = encode(self.task, examples, self.tokenizer, self.max_seq_length, self.squad_config, training=False)
-    predicted = decode(self.task, feats, infer(self.eval_fn, self.params, feats, batch_size), self.squad_config)
-    return [p['answer'] if isinstance(p, dict) else p for p in predicted]
+    outputs = infer(self.eval_fn, self.params, feats, batch_size)
+    return decode(self.task, feats, outputs, self.squad_config), probabilities(self.task, outputs)
+
+
+def format_predictions(task: tasks.Task, inputs: list, predicted: list, probs: np.ndarray | None,
+                       fmt: str) -> str:
+  """The text --mode=predict prints for `inputs` (tuples of columns, or word strings for tagging): see the module
+  docstring for the formats."""
+  def bare(p):
+    return ' '.join(p) if isinstance(p, list) else p['answer'] if isinstance(p, dict) else _cell(p)
+  if fmt == 'labels':
+    return ''.join(bare(p) + '\n' for p in predicted)
+  if fmt == 'jsonl':
+    lines = []
+    for i, (x, p) in enumerate(zip(inputs, predicted)):
+      record = {'input': x.split() if isinstance(x, str) else list(x),
+                'prediction': p['answer'] if isinstance(p, dict) else p}
+      if isinstance(p, dict) and p.get('null_odds') is not None:
+        record['null_odds'] = p['null_odds']
+      if probs is not None:
+        record['probabilities'] = {label: round(float(q), 6) for label, q in zip(task.labels, probs[i])}
+      lines.append(json.dumps(record, ensure_ascii=False) + '\n')
+    return ''.join(lines)
+  f = io.StringIO(newline='')
+  writer = csv.writer(f, delimiter='\t', quoting=csv.QUOTE_NONE, escapechar='\\', lineterminator='\n')
+  columns = max((1 if isinstance(x, str) else len(x) for x in inputs), default=1)
+  names = {tasks.TAGGING: ['words'], tasks.SQUAD: ['question', 'context']}.get(task.kind,
+                                                                             ['sentence', 'sentence2'][:columns])
+  writer.writerow(['prediction'] + _probability_columns(task, probs) + names)
+  for i, (x, p) in enumerate(zip(inputs, predicted)):
+    writer.writerow([bare(p)] + _probability_cells(probs, i) + ([x] if isinstance(x, str) else list(x)))
+  return f.getvalue()
 
 
 def predict_main(config, workdir: str):
@@ -164,6 +228,7 @@ def predict_main(config, workdir: str):
   predictor = Predictor(workdir)
   if not c.predict_input:
     raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
+  print(f'predicting with seed {predictor.seed} of {workdir} (the best on dev)', file=sys.stderr)
   if c.predict_input == '-':
     lines = sys.stdin.read().splitlines()
   else:
@@ -171,9 +236,8 @@ def predict_main(config, workdir: str):
   lines = [line for line in lines if line.strip()]
   kind = predictor.task.kind
   inputs = [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
-  predicted = predictor.predict(inputs)
-  text = ''.join((' '.join(p) if isinstance(p, list) else f'{p:.4f}' if isinstance(p, float) else p) + '\n'
-                 for p in predicted)
+  predicted, probs = predictor.predict_with_details(inputs)
+  text = format_predictions(predictor.task, inputs, predicted, probs, c.predict_format)
   if c.predict_output:
     fileio.write_text(c.predict_output, text)
   else:

@@ -32,7 +32,7 @@ from electra_jax import metrics as metrics_lib
 from electra_jax.checkpoint import Checkpointer, CheckpointError
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.finetune import features as features_lib
-from electra_jax.finetune import heads, metrics, predict, tasks
+from electra_jax.finetune import heads, metrics, predict, report, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
 from electra_jax.train_step import ABSTRACT_KEY, TrainState
@@ -41,8 +41,9 @@ from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=pr
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
 # scores (`task` is compared by the task's name, as a directory may be given by another path).
-RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
-              'write_predictions', 'predict_input', 'predict_output', 'glue_dir', 'squad_dir', 'tfds_data_dir', 'mesh')
+RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'eval_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
+              'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'glue_dir', 'squad_dir',
+              'tfds_data_dir', 'mesh')
 
 
 def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: optax.GradientTransformation,
@@ -193,25 +194,64 @@ def score(task: tasks.Task, examples: list, predicted: list) -> dict[str, float]
 
 
 def majority_baseline(task: tasks.Task, train: list, dev: list) -> dict[str, float]:
-  """Metrics of always predicting the most frequent training label (tag per word for tagging)."""
+  """Metrics on `dev` of always predicting the most frequent label of `train` (tag per word for tagging); give the
+  dev examples as `train` for the dev set's majority-class baseline."""
+  top = report.majority_label(task, train)
+  if top is None:
+    raise ValueError(f'no majority baseline for {task.kind}')
   if task.kind == tasks.CLASSIFICATION:
-    labels = [e.label for e in train if e.label is not None]
-    top = max(set(labels), key=labels.count)
     return score(task, dev, [top] * len(dev))
-  if task.kind == tasks.TAGGING:
-    tags = [t for e in train for t in e.tags]
-    top = max(set(tags), key=tags.count)
-    return score(task, dev, [[top] * len(e.words) for e in dev])
-  raise ValueError(f'no majority baseline for {task.kind}')
+  return score(task, dev, [[top] * len(e.words) for e in dev])
+
+
+def dev_baseline(task: tasks.Task, evals: list) -> tuple[dict[str, float], dict[str, Any]]:
+  """({split/metric: value}, {split: label}) of always answering each dev split's most frequent label; empty for
+  regression and SQuAD."""
+  values, labels = {}, {}
+  for split, examples, _ in evals:
+    label = report.majority_label(task, examples) if split in task.dev_splits else None
+    if label is not None:
+      labels[split.name] = label
+      values.update({f'{split.name}/{k}': v for k, v in majority_baseline(task, examples, examples).items()})
+  return values, labels
+
+
+def evaluate(run: 'Finetuning', params, task: tasks.Task, evals: list, c: FinetuneConfig, *,
+             dev_only: bool = False) -> list[tuple[tasks.Split, list, list]]:
+  """(split, examples, predictions, head outputs) of each dev split (and test split unless `dev_only`)."""
+  out = []
+  for split, examples, feats in evals:
+    if dev_only and split not in task.dev_splits:
+      continue
+    outputs = predict.infer(run.eval_fn, params, feats, c.eval_batch_size, run.batch_sharding)
+    out.append((split, examples, predict.decode(task, feats, outputs, c.squad), outputs))
+  return out
+
+
+def dev_scores(task: tasks.Task, evaluated: list) -> dict[str, float]:
+  return {f'{split.name}/{k}': v for split, examples, predicted, _ in evaluated if split in task.dev_splits
+          for k, v in score(task, examples, predicted).items()}
+
+
+def log_interval(log_every: int, total_steps: int) -> int:
+  """Steps between metrics lines: `log_every`, but at most a 20th of the run, so that a short run logs (and shows
+  its loss) about 20 times."""
+  return max(1, min(log_every, total_steps // 20))
 
 
 def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features, c: FinetuneConfig, seed: int,
-               tag: str, checkpointer: Checkpointer, stop_after: int | None = None) -> TrainState:
+               tag: str, checkpointer: Checkpointer, writer: metrics_lib.MetricsWriter,
+               stop_after: int | None = None, evaluate_dev: Callable[[Any], dict] | None = None) -> TrainState:
   """Trains one seed from `state` (step 0, or a restored checkpoint's step) to run.total_steps, with a progress
   bar; checkpoints every c.checkpoint_every steps. SIGTERM/SIGINT (or `stop_after` steps, as tests preempt)
-  checkpoint and raise TrainingError: the same command resumes."""
+  checkpoint and raise TrainingError: the same command resumes.
+
+  The loss and learning rate go to `writer` (the seed's metrics.jsonl and TensorBoard events) every `log_interval`
+  steps, and with c.eval_every `evaluate_dev(params)`'s dev metrics every c.eval_every steps before the last (the
+  caller scores the final model)."""
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
   start = int(state.step)
+  log_every = log_interval(c.log_every, run.total_steps)
   batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed, jax.process_index(),
                                        jax.process_count(), start=start)
   end = run.total_steps if stop_after is None else min(run.total_steps, start + stop_after)
@@ -225,12 +265,15 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
         state, step_metrics = run.step_fn(state, sharding.global_batch(next(batches), run.batch_sharding), rng)
         total = accumulate(total, step_metrics)
         progress.update(1)
-        if step % c.log_every == 0 or step == end:
-          loss = metrics_lib.summarize({'loss': total['loss']})['loss']
-          if not np.isfinite(loss):
-            raise TrainingError(f'{tag}: loss is {loss} at step {step}; lower optimizer.learning_rate')
-          progress.set_postfix(loss=f'{loss:.4f}', refresh=False)
+        if step % log_every == 0 or step == end:
+          scalars = metrics_lib.summarize(total)
+          if not np.isfinite(scalars['loss']):
+            raise TrainingError(f'{tag}: loss is {scalars["loss"]} at step {step}; lower optimizer.learning_rate')
+          writer.write(step, scalars)
+          progress.set_postfix(loss=f'{scalars["loss"]:.4f}', refresh=False)
           total = None
+        if c.eval_every and evaluate_dev and step % c.eval_every == 0 and step < run.total_steps:
+          writer.write(step, evaluate_dev(state.params))
         interrupted = stop.received or (step == end < run.total_steps and 'stopped')
         if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
           checkpointer.save(step, state, {'step': step})
@@ -355,6 +398,7 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
       print(f'{tag} finished by an earlier run: skipped', file=sys.stderr)
       continue
     checkpointer = Checkpointer(os.fspath(seed_dir), keep=1)
+    writer = None
     try:
       latest = checkpointer.latest_step()
       if latest is None:
@@ -362,25 +406,34 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
       else:
         state, _ = checkpointer.restore(latest, ft.abstract_state())
         print(f'{tag} resumed from {checkpointer.directory}/{latest}', file=sys.stderr)
-      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, stop_after)
+      writer = metrics_lib.MetricsWriter(seed_dir, resumed_at=latest or 0)
+      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after,
+                         lambda params: dev_scores(task, evaluate(ft, params, task, evals, c, dev_only=True)))
+      evaluated = evaluate(ft, state.params, task, evals, c)
+      row = {'seed': seed, **dev_scores(task, evaluated)}
+      writer.write(ft.total_steps, {k: v for k, v in row.items() if k != 'seed'})
     finally:
       checkpointer.close()
-    row = {'seed': seed}
-    for split, examples, feats in evals:
-      outputs = predict.infer(ft.eval_fn, state.params, feats, c.eval_batch_size, ft.batch_sharding)
-      predicted = predict.decode(task, feats, outputs, c.squad)
-      if split in task.dev_splits:
-        row.update({f'{split.name}/{k}': v for k, v in score(task, examples, predicted).items()})
+      if writer:
+        writer.close()
+    row['top_prediction'] = {split.name: report.top_prediction(task, predicted)
+                             for split, _, predicted, _ in evaluated if split in task.dev_splits}
+    if not any(row['top_prediction'].values()):
+      del row['top_prediction']  # regression, SQuAD
+    for split, examples, predicted, outputs in evaluated:
       if c.write_predictions and jax.process_index() == 0:
-        predict.write_predictions(seed_dir / 'predictions', task, split, examples, predicted)
+        predict.write_predictions(seed_dir / 'predictions', task, split, examples, predicted,
+                                  predict.probabilities(task, outputs))
     if c.save_model:
       _save_params(seed_dir / 'params', state.params)
     if jax.process_index() == 0:
       fileio.write_json(done, row)  # the seed is finished: a rerun skips it
       fileio.rmtree(checkpointer.directory)
-    print(f'{tag} ' + ', '.join(f'{k} {v:.4f}' for k, v in row.items() if k != 'seed'), file=sys.stderr, flush=True)
+    print(f'{tag} ' + ', '.join(f'{k} {row[k]:.4f}' for k in report.metric_names(row)), file=sys.stderr, flush=True)
+    for split, top in report.one_class_splits(row):
+      print(report.one_class_warning(tag, split, top), file=sys.stderr, flush=True)
     per_seed.append(row)
-  return write_results(workdir, task, c, per_seed)
+  return write_results(workdir, task, c, per_seed, *dev_baseline(task, evals))
 
 
 def _origin(c: FinetuneConfig) -> str:
@@ -403,28 +456,24 @@ def _save_params(path, params):
     checkpointer.save(path, params)
 
 
-def write_results(workdir: str, task: tasks.Task, c: FinetuneConfig, per_seed: list[dict]) -> dict:
-  """results.json (each seed's dev metrics, their median, the best seed) and results.md (a table)."""
-  names = [k for k in per_seed[0] if k != 'seed']
-  median = {k: float(np.median([row[k] for row in per_seed])) for k in names}
+def write_results(workdir: str, task: tasks.Task, c: FinetuneConfig, per_seed: list[dict],
+                  baseline: dict[str, float] | None = None, baseline_labels: dict | None = None) -> dict:
+  """results.json (each seed's dev metrics and most frequent prediction, their median, the best seed, the dev
+  set's majority baseline) and results.md (a table); prints the table and the run's summary."""
+  names = report.metric_names(per_seed[0])
+  median = report.median(per_seed)
   main = names[0]
   best = max(per_seed, key=lambda row: row[main])['seed']
   results = {'task': task.name, 'init_checkpoint': c.init_checkpoint, 'init_step': c.init_step, 'epochs': c.epochs,
              'learning_rate': c.optimizer.learning_rate, 'layerwise_lr_decay': c.optimizer.layerwise_lr_decay,
-             'main_metric': main, 'seeds': per_seed, 'median': median, 'best_seed': best}
-  table = results_table(task.name, names, per_seed, median)
+             'main_metric': main, 'seeds': per_seed, 'median': median, 'best_seed': best,
+             'majority_baseline': baseline or {}, 'majority_label': baseline_labels or {},
+             'one_class_seeds': [row['seed'] for row in per_seed if report.one_class_splits(row)],
+             'save_model': c.save_model}
+  table = report.results_table(task.name, per_seed, median, baseline, baseline_labels)
   if jax.process_index() == 0:
     fileio.write_json(fileio.path(workdir) / 'results.json', results)
     fileio.write_text(fileio.path(workdir) / 'results.md', table)
     print(table)
+    print(report.summary(results, os.fspath(workdir)), end='', flush=True)
   return results
-
-
-def results_table(title: str, names: list[str], per_seed: list[dict], median: dict) -> str:
-  """A Markdown table, one row per seed plus the median; metrics x 100."""
-  lines = [f'### {title} (dev, x100)', '', '| seed | ' + ' | '.join(names) + ' |',
-           '|---|' + '---:|' * len(names)]
-  for row in per_seed:
-    lines.append(f'| {row["seed"]} | ' + ' | '.join(f'{100 * row[k]:.2f}' for k in names) + ' |')
-  lines.append('| **median** | ' + ' | '.join(f'**{100 * median[k]:.2f}**' for k in names) + ' |')
-  return '\n'.join(lines) + '\n'
