@@ -93,8 +93,14 @@ def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_
   with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
     assert json.load(f)['seeds'][0]['dev/accuracy'] == accuracy
   assert '| **median** |' in open(os.path.join(workdir, 'results.md'), encoding='utf-8').read()
-  assert open(os.path.join(workdir, 'seeds', '0', 'predictions', 'dev.tsv'), encoding='utf-8').readline() == \
-      'label\tsentence\n'
+  dev = tasks.read(task, 'validation')
+  assert results['majority_baseline'] == {f'dev/{k}': v for k, v in train.majority_baseline(task, dev, dev).items()}
+  assert results['majority_label'] == {'dev': 'no'}
+  rows = open(os.path.join(workdir, 'seeds', '0', 'predictions', 'dev.tsv'), encoding='utf-8').read().splitlines()
+  assert rows[0] == 'id\tgold\tprediction\tp_no\tp_yes\tsentence' and len(rows) == len(dev) + 1
+  assert [row.split('\t')[1] for row in rows[1:]] == [e.label for e in dev]
+  top = results['seeds'][0]['top_prediction']['dev']
+  assert top['count'] == max(sum(row.split('\t')[2] == x for row in rows[1:]) for x in ('no', 'yes'))
 
   predictor = predict.Predictor(workdir)
   sentences = ['the dog sat on a mat', f'the {KEYWORD} dog sat on a mat', 'a cat ate food', f'{KEYWORD} man']
@@ -111,7 +117,7 @@ def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corp
   assert baseline['span_f1'] == 0.0  # all 'O'
   assert results['median']['dev/span_f1'] > 0.6, results['median']
   first = open(os.path.join(tmp_path, 'run', 'seeds', '0', 'predictions', 'dev.conll'), encoding='utf-8').readline()
-  assert len(first.rstrip('\n').split('\t')) == 2
+  assert len(first.rstrip('\n').split('\t')) == 3  # word, gold tag, predicted tag
 
 
 def _pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
@@ -291,7 +297,8 @@ def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
 
 def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, corpus_file, cache_dir, capsys):
   directory = make_tsv_task(tmp_path / 'keyword', sizes=(64, 16))
-  overrides = dict(epochs=2.0, checkpoint_every=1000, write_predictions=False)  # 8 steps of 16
+  # 8 steps of 16: metrics every step (at most a 20th of the run), dev scores at steps 4 and 8.
+  overrides = dict(epochs=2.0, checkpoint_every=1000, write_predictions=False, eval_every=4)
   reference = train.run(tiny_config(cache_dir, corpus_file, directory, seeds=1, **overrides), str(tmp_path / 'a'))
   config = tiny_config(cache_dir, corpus_file, directory, seeds=2, **overrides)
   workdir = str(tmp_path / 'b')
@@ -306,6 +313,17 @@ def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, c
   for a, b in zip(jax.tree.leaves(restore('a')), jax.tree.leaves(restore('b'))):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
   assert not os.path.exists(os.path.join(workdir, 'seeds', '0', 'checkpoints'))  # removed once the seed finished
+  # metrics.jsonl reads as one uninterrupted run: the steps after the checkpoint were logged once, by the rerun.
+  lines = {run: [json.loads(line) for line in open(os.path.join(tmp_path, run, 'seeds', '0', 'metrics.jsonl'),
+                                                    encoding='utf-8')] for run in ('a', 'b')}
+  assert [(m['step'], sorted(m)) for m in lines['b']] == [(m['step'], sorted(m)) for m in lines['a']]
+  train_lines = [m for m in lines['a'] if 'loss' in m]
+  assert [m['step'] for m in train_lines] == list(range(1, 9))
+  assert [m['step'] for m in lines['a'] if 'dev/accuracy' in m] == [4, 8]
+  assert lines['a'][-1] == {'step': 8, **{k: v for k, v in reference['seeds'][0].items() if k.startswith('dev/')}}
+  np.testing.assert_allclose([m['loss'] for m in lines['b'] if 'loss' in m], [m['loss'] for m in train_lines],
+                             rtol=1e-5)
+  assert os.listdir(os.path.join(workdir, 'seeds', '0', 'tensorboard'))
   again = train.run(config, workdir)
   assert capsys.readouterr().err.count('finished by an earlier run: skipped') == 2
   assert again['seeds'] == resumed['seeds']

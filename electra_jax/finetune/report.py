@@ -91,11 +91,15 @@ def results_table(title: str, per_seed: list[dict], median: dict, baseline: dict
     lines.append('| majority baseline | ' + ' | '.join(f'{100 * baseline[k]:.2f}' if k in baseline else '-'
                                                        for k in names) + ' |' + (f' {always} |' if tops else ''))
   if flagged:
-    lines += ['', f'**Warning**: seed{"s" if len(flagged) > 1 else ""} {", ".join(map(str, flagged))} answer'
-              f'{"" if len(flagged) > 1 else "s"} one class for at least {100 * ONE_CLASS_SHARE:.0f}% of the dev rows:'
-              ' a constant answer, whose score is about the majority baseline\'s. Try another learning rate, more '
-              'epochs or more seeds.']
+    lines += ['', f'**Warning**: {_seeds(flagged)} one class for at least {100 * ONE_CLASS_SHARE:.0f}% of the dev '
+              'rows: a constant answer, whose score is about the majority baseline\'s. Try another learning rate, '
+              'more epochs or more seeds.']
   return '\n'.join(lines) + '\n'
+
+
+def _seeds(seeds: list[int]) -> str:
+  """'seed 3 answers' or 'seeds 1, 3 answer'."""
+  return f'seeds {", ".join(map(str, seeds))} answer' if len(seeds) > 1 else f'seed {seeds[0]} answers'
 
 
 def summary(results: dict, workdir: str) -> str:
@@ -110,8 +114,8 @@ def summary(results: dict, workdir: str) -> str:
     lines[0] += f'; majority baseline {100 * baseline[main]:.2f} (always {labels})'
   flagged = [row['seed'] for row in seeds if one_class_splits(row)]
   if flagged:
-    lines.append(f'warning: seed{"s" if len(flagged) > 1 else ""} {", ".join(map(str, flagged))} answer one class '
-                 f'for >= {100 * ONE_CLASS_SHARE:.0f}% of the dev rows (see results.md)')
+    lines.append(f'warning: {_seeds(flagged)} one class for >= {100 * ONE_CLASS_SHARE:.0f}% of the dev rows (see '
+                 'results.md)')
   lines.append(f'results: {workdir}/results.md and results.json; per seed: {workdir}/seeds/<seed>/ (result.json, '
                'metrics.jsonl, tensorboard/, predictions/, params/)')
   if results.get('save_model', True):
