@@ -2,7 +2,8 @@
 evaluate on the dev split(s), write predictions, the models and a results table.
 
 Outputs under WORKDIR: finetune.json (config, model config, task), the tokenizer (Tokenizer.save), results.json,
-results.md, and per seed seeds/<seed>/: result.json (its dev metrics: the seed is finished), params (orbax),
+results.md (with the dev set's majority baseline, see `report`), and per seed seeds/<seed>/: result.json (its dev
+metrics: the seed is finished), metrics.jsonl and tensorboard/ (loss, learning rate, dev scores), params (orbax),
 predictions/ (dev predictions and test submission files), checkpoints/ (while it trains).
 
 Rerunning the same command skips finished seeds and resumes an unfinished one from its latest checkpoint (every
@@ -216,8 +217,8 @@ def dev_baseline(task: tasks.Task, evals: list) -> tuple[dict[str, float], dict[
   return values, labels
 
 
-def evaluate(run: 'Finetuning', params, task: tasks.Task, evals: list, c: FinetuneConfig, *,
-             dev_only: bool = False) -> list[tuple[tasks.Split, list, list]]:
+def evaluate(run: Finetuning, params, task: tasks.Task, evals: list, c: FinetuneConfig, *,
+             dev_only: bool = False) -> list[tuple[tasks.Split, list, list, dict]]:
   """(split, examples, predictions, head outputs) of each dev split (and test split unless `dev_only`)."""
   out = []
   for split, examples, feats in evals:
