@@ -79,7 +79,7 @@ def to_hf(tokenizer: Tokenizer) -> tokenizers.Tokenizer:
   if isinstance(tokenizer, SentencePieceTokenizer):
     hf = _sentencepiece(tokenizer)
   elif isinstance(tokenizer, WordPieceTokenizer):
-    hf = tokenizers.Tokenizer.from_str(tokenizer.tokenizer._tokenizer.to_str())  # pylint: disable=protected-access
+    hf = tokenizers.Tokenizer.from_str(tokenizer.tokenizer.to_str())
     hf.add_special_tokens([tokenizers.AddedToken(piece, special=True) for piece in SPECIAL_PIECES])
   else:
     raise TypeError(f'no Hugging Face tokenizer for {type(tokenizer).__name__}')
