@@ -50,6 +50,8 @@ def get_config():
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
   config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].
   config.objective.random_token_prob = 0.0  # Selected positions replaced by a random token (BERT: 0.1).
+  # True: positions drawn with replacement, as official ELECTRA (fewer distinct ones); False: n distinct positions.
+  config.objective.mask_with_replacement = True
   config.objective.temperature = 1.0  # Generator sampling temperature (after any schedule below).
   # > 0: sample at this temperature at step 0, falling linearly to `temperature` over the first
   # temperature_decay_fraction of train_steps (Fast-ELECTRA's curriculum: flatter samples are easier to detect).

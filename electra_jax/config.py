@@ -133,6 +133,7 @@ class ObjectiveConfig:
   max_predictions: int = 0
   mask_token_prob: float = 0.85
   random_token_prob: float = 0.0
+  mask_with_replacement: bool = True
   temperature: float = 1.0
   initial_temperature: float = 0.0  # 0: no schedule (`temperature` throughout)
   temperature_decay_fraction: float = 0.0
