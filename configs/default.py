@@ -19,6 +19,9 @@ def get_config():
   config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.
   config.save_steps = ()  # Extra steps to checkpoint, kept on disk whatever keep_checkpoints says.
+  # A pre-training WORKDIR or an import to continue pre-training from: its model and tokenizer, a new run at step 0.
+  config.init_checkpoint = ''
+  config.init_optimizer = False  # With init_checkpoint: also take its Adam moments (the schedule starts again).
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: take it from the tokenizer.

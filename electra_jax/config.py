@@ -221,6 +221,8 @@ class TrainConfig:
   checkpoint_every: int = 1000
   keep_checkpoints: int = 3
   save_steps: tuple[int, ...] = ()
+  init_checkpoint: str = ''
+  init_optimizer: bool = False
   model: ModelConfig = ModelConfig()
   objective: ObjectiveConfig = ObjectiveConfig()
   optimizer: OptimizerConfig = OptimizerConfig()
