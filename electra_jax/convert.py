@@ -484,6 +484,10 @@ def import_tf(tf_checkpoint: str, out: str, *, vocab: str | None = None, seed: i
   model_section = model_section_from_tf({k: v.shape for k, v in weights.items()})
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_tf(model, weights, seed=seed)
+  size = data.tokenizer.load(vocab).vocab_size
+  if size != model.vocab_size:
+    raise ConversionError(f'{vocab} holds {size} tokens but the checkpoint\'s word embeddings {model.vocab_size}: '
+                          'give the vocab.txt it was trained with (--vocab)')
   write_workdir(out, model_section, params, vocab_file=vocab)
 
 

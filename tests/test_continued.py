@@ -109,6 +109,11 @@ def test_from_tf_finds_the_vocab_or_says_where_it_looked(tmp_path, monkeypatch, 
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'found no vocab.txt' in err and '--vocab' in err
   assert not (tmp_path / 'none').exists()
+  (tmp_path / 'vocab.txt').write_text('\n'.join(VOCAB[:-1]) + '\n')
+  with pytest.raises(SystemExit):
+    convert.main(['--from-tf', prefix, '--vocab', str(tmp_path / 'vocab.txt'), '--out', str(tmp_path / 'short')])
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and f'holds {len(VOCAB) - 1} tokens' in err and not (tmp_path / 'short').exists()
   test_convert.write_tokenizer_files(tmp_path)
   convert.main(['--from-tf', prefix, '--vocab', str(tmp_path / 'vocab.txt'), '--out', str(tmp_path / 'given')])
   assert tokenizer_lib.load(str(tmp_path / 'given')).vocab_size == len(VOCAB)
