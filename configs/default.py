@@ -19,6 +19,9 @@ def get_config():
   config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.
   config.save_steps = ()  # Extra steps to checkpoint, kept on disk whatever keep_checkpoints says.
+  # A pre-training WORKDIR or an import to continue pre-training from: its model and tokenizer, a new run at step 0.
+  config.init_checkpoint = ''
+  config.init_optimizer = False  # With init_checkpoint: also take its Adam moments (the schedule starts again).
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: take it from the tokenizer.
@@ -50,6 +53,8 @@ def get_config():
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
   config.objective.mask_token_prob = 0.85  # Selected positions shown to the generator as [MASK].
   config.objective.random_token_prob = 0.0  # Selected positions replaced by a random token (BERT: 0.1).
+  # True: positions drawn with replacement, as official ELECTRA (fewer distinct ones); False: n distinct positions.
+  config.objective.mask_with_replacement = True
   config.objective.temperature = 1.0  # Generator sampling temperature (after any schedule below).
   # > 0: sample at this temperature at step 0, falling linearly to `temperature` over the first
   # temperature_decay_fraction of train_steps (Fast-ELECTRA's curriculum: flatter samples are easier to detect).

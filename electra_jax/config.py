@@ -133,6 +133,7 @@ class ObjectiveConfig:
   max_predictions: int = 0
   mask_token_prob: float = 0.85
   random_token_prob: float = 0.0
+  mask_with_replacement: bool = True
   temperature: float = 1.0
   initial_temperature: float = 0.0  # 0: no schedule (`temperature` throughout)
   temperature_decay_fraction: float = 0.0
@@ -220,6 +221,8 @@ class TrainConfig:
   checkpoint_every: int = 1000
   keep_checkpoints: int = 3
   save_steps: tuple[int, ...] = ()
+  init_checkpoint: str = ''
+  init_optimizer: bool = False
   model: ModelConfig = ModelConfig()
   objective: ObjectiveConfig = ObjectiveConfig()
   optimizer: OptimizerConfig = OptimizerConfig()

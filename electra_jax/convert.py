@@ -1,7 +1,7 @@
 """Checkpoints in and out: Hugging Face ELECTRA and Google's original TF checkpoints <-> an electra_jax workdir.
 
   python -m electra_jax.convert --from-hf HF_DIR [--from-hf-generator GEN_DIR] --out WORKDIR
-  python -m electra_jax.convert --from-tf TF_CHECKPOINT --out WORKDIR
+  python -m electra_jax.convert --from-tf TF_CHECKPOINT [--vocab VOCAB_TXT] --out WORKDIR
   python -m electra_jax.convert --checkpoint WORKDIR [--step N] --to-hf HF_DIR
 
 A workdir is what the trainer writes: config.json (every key of configs/default.py), tokenizer files and
@@ -106,7 +106,7 @@ def tf_name(path: Path) -> str:
   *scopes, leaf = path
   if scopes[0] == 'embeddings':
     scopes = ['electra'] + scopes
-  elif scopes[1] in ('embeddings_project', 'encoder'):
+  elif scopes[1] in ('embeddings_project', 'encoder') or scopes[:2] == [GEN, 'embeddings']:  # untied: its own
     scopes = ['electra' if scopes[0] == DISC else 'generator'] + scopes[1:]
   else:
     scopes = scopes[1:]
@@ -119,11 +119,6 @@ def tf_name(path: Path) -> str:
   if scopes[-1] == 'LayerNorm':
     leaf = {'scale': 'gamma', 'bias': 'beta'}[leaf]
   return '/'.join(scopes + [leaf])
-
-
-def _tf_untied_generator_name(path: Path) -> list[str]:
-  """Where a TF checkpoint trained with untied generator embeddings keeps the generator's copy."""
-  return [tf_name(path).replace('electra/embeddings/', 'generator/embeddings/')] if path[0] == 'embeddings' else []
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -202,7 +197,11 @@ def hf_configs(model: ModelConfig, pad_token_id: int = 0) -> dict[str, dict]:
 def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
   """The `model` section of a TF checkpoint, read off its variable shapes.
 
-  Head counts are not stored in a checkpoint; the official sizes all use hidden / 64 (ELECTRA_FACTS.md).
+  Head counts are not stored in a checkpoint; the official sizes all use hidden / 64 (ELECTRA_FACTS.md). The
+  official layouts: `generator/embeddings/` (untied_generator_embeddings: tables as wide as the generator, no
+  generator embeddings_project) is model.tying='none'; generator_predictions without a `generator/encoder`
+  (untied_generator=False: the generator's head on the discriminator's encoder) is model.tying='all'; neither
+  `generator/` nor generator_predictions is a discriminator alone (a random generator is made).
   """
   def tower(scope):
     layers = {int(m.group(1)) for name in shapes for m in [re.match(rf'{scope}/encoder/layer_(\d+)/', name)] if m}
@@ -221,9 +220,12 @@ def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
                intermediate_size=disc.intermediate_size,
                max_position_embeddings=shapes['electra/embeddings/position_embeddings'][0],
                type_vocab_size=shapes['electra/embeddings/token_type_embeddings'][0])
+  if gen is None and 'generator_predictions/dense/kernel' in shapes:
+    model.update(tying='all', generator_hidden_fraction=1.0, generator_layers_fraction=1.0)
   if gen is not None:
     model.update(generator_hidden_fraction=gen.hidden_size / disc.hidden_size,
-                 generator_layers_fraction=gen.num_layers / disc.num_layers)
+                 generator_layers_fraction=gen.num_layers / disc.num_layers,
+                 tying='none' if 'generator/embeddings/word_embeddings' in shapes else 'embeddings')
     if ModelConfig(**model).tower(generator=True) != gen:
       raise ConversionError(f'electra_jax cannot represent this generator ({gen}): its FFN must be 4 * hidden')
   return model
@@ -366,14 +368,10 @@ def params_from_hf(model: ModelConfig, disc_weights: dict[str, np.ndarray],
 
 def params_from_tf(model: ModelConfig, weights: dict[str, np.ndarray], *, seed: int = 0) -> dict:
   """Our parameter tree from the variables of Google's TF checkpoint (optimiser slots already dropped)."""
-  names = lambda path: [tf_name(path)] + _tf_untied_generator_name(path)
-  found, missing, used, differing = fill_params(model, names, weights)
+  found, missing, used, _ = fill_params(model, lambda path: [tf_name(path)], weights)
   missing = _init_generator(model, found, missing, seed, 'the TF checkpoint')
   if missing:
     raise ConversionError('the TF checkpoint lacks ' + ', '.join(tf_name(p) for p in missing))
-  if differing:
-    warnings.warn(f'the generator\'s own embeddings ({", ".join(differing)}) differ from the discriminator\'s; '
-                  'electra_jax shares one set of embeddings and keeps the discriminator\'s', ConversionWarning)
   unexpected = sorted(set(weights) - used)
   if unexpected:
     raise ConversionError(f'unexpected TF variables: {", ".join(unexpected)}')
@@ -416,27 +414,34 @@ def _do_lower_case(directory) -> bool | None:
   return None
 
 
-def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None):
-  """Writes `out` as the trainer would: config.json, tokenizer files and checkpoints/0/ (fresh optimiser state)."""
+def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None,
+                  vocab_file: str | None = None):
+  """Writes `out` as the trainer would: config.json, tokenizer files (those in `tokenizer_dir`, or `vocab_file`)
+  and checkpoints/0/ (fresh optimiser state)."""
   out = fileio.path(out)
   if (out / 'config.json').exists() or (out / 'checkpoints').exists():
     raise ConversionError(f'{out} already holds a run; give a new --out directory')
   config = default_config.get_config()
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
+  config.data.vocab_size = config.model.vocab_size
   copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
+  if vocab_file:
+    fileio.copy(fileio.path(vocab_file), out / 'vocab.txt')
+    copied.append('vocab.txt')
   for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
     if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
       tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
       tokenizer.save(out)
-      config.data.update(tokenizer=os.fspath(out), vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
+      # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is moved.
+      config.data.update(vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
       break
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
   params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
   state = TrainState(jnp.zeros((), jnp.int32), params, _run_once_on_cpu(tx.init, params))
   checkpointer = checkpoint.Checkpointer(out)
-  checkpointer.save(0, state, {'epoch': 0, 'batch': 0})
+  checkpointer.save(0, state, {})  # no data position: a run from it starts at the start of its data
   checkpointer.close()
   fileio.write_json(out / 'config.json', config.to_dict())
 
@@ -453,15 +458,38 @@ def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: 
   write_workdir(out, model_section, params, tokenizer_dir=hf_dir if has_tokenizer else generator_dir)
 
 
-def import_tf(tf_checkpoint: str, out: str, *, seed: int = 0):
-  """Google's original ELECTRA TF checkpoint -> an electra_jax workdir `out` (vocab.txt from its directory)."""
+def tf_vocab(tf_checkpoint: str, vocab: str | None = None) -> str:
+  """The vocab.txt of a TF checkpoint: `vocab` if given, else the one next to the checkpoint, else the one in its
+  run's DATA_DIR (the official run_pretraining.py writes DATA_DIR/models/NAME/model.ckpt-* and reads
+  DATA_DIR/vocab.txt)."""
+  if vocab:
+    if not fileio.path(vocab).is_file():
+      raise ConversionError(f'--vocab {vocab} does not exist; give the WordPiece vocab.txt the model was trained with')
+    return vocab
+  path = fileio.path(tf_checkpoint)
+  directory = path if path.is_dir() else path.parent
+  candidates = [directory / 'vocab.txt']
+  if directory.parent.name == 'models':
+    candidates.append(directory.parent.parent / 'vocab.txt')
+  for candidate in candidates:
+    if candidate.is_file():
+      return os.fspath(candidate)
+  raise ConversionError(f'found no vocab.txt in {" or ".join(os.fspath(c.parent) for c in candidates)}: give the '
+                        'vocabulary the model was trained with as --vocab VOCAB_TXT')
+
+
+def import_tf(tf_checkpoint: str, out: str, *, vocab: str | None = None, seed: int = 0):
+  """Google's original ELECTRA TF checkpoint -> an electra_jax workdir `out`, with its vocab.txt (`tf_vocab`)."""
+  vocab = tf_vocab(tf_checkpoint, vocab)
   weights = read_tf_checkpoint(tf_checkpoint)
   model_section = model_section_from_tf({k: v.shape for k, v in weights.items()})
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_tf(model, weights, seed=seed)
-  checkpoint_path = fileio.path(tf_checkpoint)
-  directory = os.fspath(checkpoint_path if checkpoint_path.is_dir() else checkpoint_path.parent)
-  write_workdir(out, model_section, params, tokenizer_dir=directory)
+  size = data.tokenizer.load(vocab).vocab_size
+  if size != model.vocab_size:
+    raise ConversionError(f'{vocab} holds {size} tokens but the checkpoint\'s word embeddings {model.vocab_size}: '
+                          'give the vocab.txt it was trained with (--vocab)')
+  write_workdir(out, model_section, params, vocab_file=vocab)
 
 
 def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
@@ -519,11 +547,15 @@ def main(argv=None):
   parser.add_argument('--to-hf', metavar='HF_DIR', help='where an export writes discriminator/ and generator/')
   parser.add_argument('--step', type=int, help='the checkpoint step to export (default: the latest)')
   parser.add_argument('--seed', type=int, default=0, help='seeds the weights an import has to initialise')
+  parser.add_argument('--vocab', metavar='VOCAB_TXT', help='with --from-tf: its vocab.txt, if it is neither next to '
+                      'the checkpoint nor in the DATA_DIR of an official run (DATA_DIR/models/NAME/)')
   args = parser.parse_args(argv)
   if args.checkpoint and not args.to_hf:
     parser.error('--checkpoint needs --to-hf HF_DIR')
   if not args.checkpoint and not args.out:
     parser.error('--from-hf/--from-tf need --out WORKDIR')
+  if args.vocab and not args.from_tf:
+    parser.error('--vocab goes with --from-tf')
   if args.from_hf_generator and not args.from_hf:
     parser.error('--from-hf-generator goes with --from-hf')
 
@@ -534,7 +566,7 @@ def main(argv=None):
       import_hf(args.from_hf, args.out, generator_dir=args.from_hf_generator, seed=args.seed)
       print(f'wrote {fileio.path(args.out)}')
     elif args.from_tf:
-      import_tf(args.from_tf, args.out, seed=args.seed)
+      import_tf(args.from_tf, args.out, vocab=args.vocab, seed=args.seed)
       print(f'wrote {fileio.path(args.out)}')
     else:
       export_hf(args.checkpoint, args.to_hf, step=args.step)

@@ -10,7 +10,7 @@
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, finetune, sharding, trainer
+from electra_jax import cli, continued, finetune, sharding, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'A config file under configs/, e.g. configs/tiny.py; override any key with '
@@ -33,6 +33,8 @@ def main(argv):
     print(cli.show_config(_CONFIG.value, config_flags.get_config_filename(flags.FLAGS['config'])))
     return
   mode = cli.run(cli.mode_for, _CONFIG.value, _MODE.value, config_flags.get_config_filename(flags.FLAGS['config']))
+  if mode == 'pretrain':  # the model of an init_checkpoint is its own: refuse overrides that contradict it
+    cli.run(continued.check_overrides, _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))
   cli.run(sharding.initialize_distributed)
   cli.run(RUNS[mode], _CONFIG.value, _WORKDIR.value)
 

@@ -1,8 +1,16 @@
 """Dynamic masking: choose the positions the generator must predict, freshly for every batch.
 
 Official ELECTRA (pretrain_helpers.mask): per sequence n = max(1, min(P, round(#tokens * mask_prob))) positions
-are drawn among the real tokens that are not [CLS]/[SEP]/[MASK]; 85% of them are shown as [MASK] and 15% keep
-their token (no random replacement unless `random_token_prob` > 0, as BERT does).
+are drawn among the real tokens that are not [CLS]/[SEP]/[MASK], uniformly and WITH replacement (one categorical
+draw per slot), so a position can be drawn twice: 9 draws among 62 candidates select 62 (1 - (61/62)^9) = 8.44
+distinct positions on average. Every draw keeps its weight (the generator loss counts a twice-drawn position
+twice); a position is shown as [MASK] if any of its draws is (each with probability 0.85), else it keeps its
+token (no random replacement unless `random_token_prob` > 0, as BERT does). `with_replacement=False` draws n
+distinct positions instead.
+
+One deliberate difference: where a position is drawn twice, `scatter` writes the first draw's value (the
+generator's first sample). The official scatter_update writes the integer mean of the two token ids, an artefact
+of summing the updates.
 """
 
 import dataclasses
@@ -36,16 +44,20 @@ class Masked:
 
 
 def mask_tokens(rng, input_ids, input_mask, *, special: SpecialIds, mask_prob: float, max_predictions: int,
-                mask_token_prob: float = 0.85, random_token_prob: float = 0.0, vocab_size: int = 0) -> Masked:
+                mask_token_prob: float = 0.85, random_token_prob: float = 0.0, vocab_size: int = 0,
+                with_replacement: bool = True) -> Masked:
   """Selects and masks positions of `input_ids` [batch, length]; `input_mask` is 1 on real tokens."""
   select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
   candidate = (input_mask > 0) & ~jnp.isin(input_ids, jnp.asarray(special.never_masked()))
   num_tokens = jnp.sum(input_mask > 0, axis=-1)
   num_selected = jnp.clip(jnp.round(num_tokens * mask_prob).astype(jnp.int32), 1, max_predictions)
 
-  # Sampling without replacement: the top-P of uniform scores over candidates is a uniformly random subset.
-  scores = jnp.where(candidate, jax.random.uniform(select_rng, input_ids.shape), -1.0)
-  _, positions = jax.lax.top_k(scores, max_predictions)
+  if with_replacement:  # the official draw: P independent uniform draws over the candidates
+    logits = jnp.where(candidate, 0.0, -jnp.inf)[:, None, :]
+    positions = jax.random.categorical(select_rng, logits, shape=(input_ids.shape[0], max_predictions))
+  else:  # the top-P of uniform scores over candidates is a uniformly random subset
+    scores = jnp.where(candidate, jax.random.uniform(select_rng, input_ids.shape), -1.0)
+    _, positions = jax.lax.top_k(scores, max_predictions)
   is_candidate = jnp.take_along_axis(candidate, positions, axis=1)
   weights = (jnp.arange(max_predictions)[None] < num_selected[:, None]) & is_candidate
   targets = jnp.take_along_axis(input_ids, positions, axis=1)
@@ -55,11 +67,22 @@ def mask_tokens(rng, input_ids, input_mask, *, special: SpecialIds, mask_prob: f
   if random_token_prob > 0:
     random_tokens = jax.random.randint(random_rng, positions.shape, 0, vocab_size)
     shown = jnp.where((u >= mask_token_prob) & (u < mask_token_prob + random_token_prob), random_tokens, shown)
+  # A position drawn more than once shows [MASK] if any of its draws does (as the official scatter_update).
+  same = (positions[:, :, None] == positions[:, None, :]) & weights[:, None, :]  # [batch, P, P]
+  shown = jnp.where(jnp.any(same & (u < mask_token_prob)[:, None, :], axis=-1), special.mask, shown)
   masked_ids = scatter(input_ids, positions, jnp.where(weights, shown, targets))
   return Masked(masked_ids, positions, targets, weights.astype(jnp.float32))
 
 
 def scatter(input_ids, positions, values):
-  """input_ids [batch, length] with `values` [batch, P] written at `positions` [batch, P]."""
+  """input_ids [batch, length] with `values` [batch, P] written at `positions` [batch, P].
+
+  A position listed more than once takes the value of its first listing (a plain scatter leaves the order of
+  duplicate writes unspecified).
+  """
   rows = jnp.arange(input_ids.shape[0])[:, None]
-  return input_ids.at[rows, positions].set(values)
+  slots = positions.shape[-1]
+  earlier = jnp.tril(jnp.ones((slots, slots), bool), -1)  # [i, j]: slot j comes before slot i
+  repeated = jnp.any((positions[:, :, None] == positions[:, None, :]) & earlier, axis=-1)
+  positions = jnp.where(repeated, input_ids.shape[-1], positions)  # out of range: dropped
+  return input_ids.at[rows, positions].set(values, mode='drop')

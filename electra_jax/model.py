@@ -38,6 +38,12 @@ def _init(config: ModelConfig, names):
   return nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), names)
 
 
+def _glorot(names):
+  # What official ELECTRA's tf.layers.dense gets without a kernel_initializer (its `embeddings_project` and the
+  # discriminator's H -> 1 `dense_1`): glorot_uniform, std sqrt(2 / (fan_in + fan_out)), not truncated_normal(0.02).
+  return nn.with_logical_partitioning(nn.initializers.glorot_uniform(), names)
+
+
 def _zeros(names):
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
 
@@ -46,10 +52,13 @@ def _ones(names):
   return nn.with_logical_partitioning(nn.initializers.ones_init(), names)
 
 
-def dense(features, config: ModelConfig, names, name):
-  """A Dense layer named `name` whose kernel has logical axes `names` and whose bias has `names[1]`."""
-  return nn.Dense(features, dtype=config.dtype, kernel_init=_init(config, names),
-                  bias_init=_zeros(names[1:]), name=name)
+def dense(features, config: ModelConfig, names, name, glorot: bool = False):
+  """A Dense layer named `name` whose kernel has logical axes `names` and whose bias has `names[1]`.
+
+  Its kernel starts truncated_normal(initializer_range), or glorot_uniform with `glorot` (see `_glorot`).
+  """
+  kernel_init = _glorot(names) if glorot else _init(config, names)
+  return nn.Dense(features, dtype=config.dtype, kernel_init=kernel_init, bias_init=_zeros(names[1:]), name=name)
 
 
 def layer_norm(config: ModelConfig, axis_name: str, name: str = 'LayerNorm'):
@@ -241,7 +250,7 @@ class _Tower(nn.Module):
       tower = c.tower(self.is_generator)
       self.project = c.embedding_size != tower.hidden_size
       if self.project:
-        self.embeddings_project = dense(tower.hidden_size, c, ('token_embed', 'embed'), None)
+        self.embeddings_project = dense(tower.hidden_size, c, ('token_embed', 'embed'), None, glorot=True)
       self.encoder = Encoder(c, tower)
     self.setup_head()
 
@@ -284,7 +293,7 @@ class DiscriminatorHead(nn.Module):
     x = constrain(x, ('batch', 'length', 'mlp'))
     # The H -> 1 projection is cheap: float32 keeps the logit (and the loss) exact under bfloat16.
     f32 = dataclasses.replace(self.config, dtype='float32')
-    return constrain(dense(1, f32, ('mlp', None), 'dense_prediction')(x)[..., 0], ('batch', 'length'))
+    return constrain(dense(1, f32, ('mlp', None), 'dense_prediction', glorot=True)(x)[..., 0], ('batch', 'length'))
 
 
 class Generator(_Tower):

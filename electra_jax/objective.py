@@ -59,7 +59,8 @@ def draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vo
     masked = masking.mask_tokens(
         key, ids[None], mask[None], special=special, mask_prob=config.mask_prob,
         max_predictions=config.num_predictions(input_ids.shape[-1]), mask_token_prob=config.mask_token_prob,
-        random_token_prob=config.random_token_prob, vocab_size=vocab_size)
+        random_token_prob=config.random_token_prob, vocab_size=vocab_size,
+        with_replacement=config.mask_with_replacement)
     return jax.tree.map(lambda x: x[0], masked)
 
   masked = jax.vmap(mask_row)(_per_row(mask_rng, rows), input_ids, input_mask)

@@ -15,7 +15,7 @@ import jax
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import data, fileio, flops, metrics as metrics_lib, sharding
+from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -90,6 +90,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   describes the run that trained. `stop_after` ends this invocation after that many steps, as a preemption
   would (tests use it).
   """
+  continued.check_workdir(config, workdir)
+  config = continued.adopt(config)  # with init_checkpoint: its model and tokenizer
   config_dict = config.to_dict()
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
@@ -113,6 +115,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     restored = checkpointer.restore_latest(run.abstract_state())
     if restored is None:
       state = run.init_state(jax.random.PRNGKey(c.seed))
+      if c.init_checkpoint:
+        state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
     else:
       latest, state, data_state = restored
       batches.set_state(data_state)

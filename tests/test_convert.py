@@ -156,7 +156,7 @@ def test_import_is_a_train_state_the_trainer_resumes_from(imported):
   checkpointer = checkpoint.Checkpointer(imported['workdir'])
   state, data_state = checkpointer.restore(0, run.abstract_state())
   checkpointer.close()
-  assert int(state.step) == 0 and data_state == {'epoch': 0, 'batch': 0}
+  assert int(state.step) == 0 and data_state == {}  # no data position: a run from it starts at its data's start
   jax.tree.map(np.testing.assert_array_equal, state.params, imported['params'])
   assert all(not np.any(np.asarray(x)) for x in jax.tree.leaves(state.opt_state))  # a fresh Adam: zero moments
 
@@ -322,10 +322,6 @@ def test_tf_names_follow_google_checkpoints_and_invert():
   assert ModelConfig(**section) == model
   back = convert.params_from_tf(model, weights, seed=4)
   jax.tree.map(np.testing.assert_array_equal, back, params)
-  untied = dict(weights, **{'generator/embeddings/LayerNorm/beta': weights['electra/embeddings/LayerNorm/beta'] + 1})
-  with pytest.warns(convert.ConversionWarning, match='generator/embeddings/LayerNorm/beta'):
-    back = convert.params_from_tf(model, untied)
-  np.testing.assert_array_equal(back['embeddings']['LayerNorm']['bias'], params['embeddings']['LayerNorm']['bias'])
   with pytest.raises(convert.ConversionError, match='unexpected TF variables: electra/pooler/dense/kernel'):
     convert.params_from_tf(model, dict(weights, **{'electra/pooler/dense/kernel': np.zeros((64, 64))}))
 
@@ -336,6 +332,7 @@ def test_from_tf_without_tensorflow_says_how_to_install_it(tmp_path, capsys):
     pytest.skip('tensorflow is installed')
   except ImportError:
     pass
+  write_tokenizer_files(tmp_path)
   with pytest.raises(SystemExit) as exit_info:
     convert.main(['--from-tf', str(tmp_path / 'model.ckpt'), '--out', str(tmp_path / 'run')])
   assert exit_info.value.code == 1

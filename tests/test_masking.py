@@ -91,8 +91,10 @@ def test_no_candidates_selects_nothing():
   np.testing.assert_array_equal(out.input_ids, ids)
 
 
-def test_selection_properties_over_many_draws():
-  """Specials and padding never selected; positions unique; targets are the originals; the rest untouched."""
+@pytest.mark.parametrize('with_replacement', [True, False])
+def test_selection_properties_over_many_draws(with_replacement):
+  """Specials and padding never selected; positions unique without replacement; targets are the originals; the rest
+  untouched."""
   length, batch = 24, 16
   ids, input_mask = _random_batch(1, batch, length)
   # Sprinkle [MASK] tokens among the words, and a padding-id token inside real text is impossible by
@@ -102,9 +104,11 @@ def test_selection_properties_over_many_draws():
   garbage = np.where(input_mask == 0, np.random.RandomState(2).randint(FIRST_WORD, VOCAB, ids.shape), ids)
   p = ObjectiveConfig(mask_prob=0.3).num_predictions(length)  # int(0.305 * 24) = 7
   for seed in range(10):
-    out = _mask(jax.random.PRNGKey(seed), garbage, input_mask, mask_prob=0.3, max_predictions=p)
+    out = _mask(jax.random.PRNGKey(seed), garbage, input_mask, mask_prob=0.3, max_predictions=p,
+                with_replacement=with_replacement)
     for row, sel in enumerate(_selected(out)):
-      assert len(set(sel.tolist())) == len(sel), 'a position was selected twice'
+      if not with_replacement:
+        assert len(set(sel.tolist())) == len(sel), 'a position was selected twice'
       assert np.all(input_mask[row, sel] == 1), 'padding selected'
       assert not set(ids[row, sel].tolist()) & {SPECIAL.cls, SPECIAL.sep, SPECIAL.mask, SPECIAL.pad}
       # targets are the original tokens at the selected positions
@@ -148,8 +152,9 @@ def _replacement_counts(mask_token_prob, random_token_prob):
   length, batch = 64, 512
   ids, input_mask = _random_batch(5, batch, length, lengths=np.full(batch, length))
   p = ObjectiveConfig(mask_prob=0.15).num_predictions(length)  # int(0.155 * 64) = 9; n = min(9, round(9.6) = 10) = 9
+  # Distinct positions, so that each selection's shown token is its own draw.
   out = _mask(jax.random.PRNGKey(6), ids, input_mask, mask_prob=0.15, max_predictions=p,
-              mask_token_prob=mask_token_prob, random_token_prob=random_token_prob)
+              mask_token_prob=mask_token_prob, random_token_prob=random_token_prob, with_replacement=False)
   w = out.weights > 0
   shown = np.take_along_axis(out.input_ids, out.positions, axis=1)[w]
   original = out.targets[w]
@@ -191,3 +196,51 @@ def test_different_keys_give_different_masks():
   assert not np.array_equal(a.positions, b.positions)
   np.testing.assert_array_equal(a.positions, c.positions)
   np.testing.assert_array_equal(a.input_ids, c.input_ids)
+
+
+def test_official_draw_with_replacement():
+  # Rows of L = 64 real tokens: 62 candidates (all but [CLS] and [SEP]), n = min(P = 9, round(64 * 0.15) = 10) = 9
+  # draws with replacement. Distinct positions D: E[D] = 62 (1 - (61/62)^9) = 8.4407, and
+  # Var[D] = 62 * 61 * (60/62)^9 + 62 (61/62)^9 - 62^2 (61/62)^18 = 0.4725 (sd 0.6874).
+  # P(some position drawn twice) = 1 - (62 * 61 * ... * 54) / 62^9 = 0.4562.
+  # Over 1024 rows: the mean's standard error is 0.6874 / 32 = 0.0215 (tolerance 0.107, 5 se); the duplicate
+  # fraction's is sqrt(0.4562 * 0.5438 / 1024) = 0.0156 (tolerance 0.078). Without replacement D = 9 exactly.
+  rows, length = 1024, 64
+  ids, input_mask = _random_batch(8, rows, length, lengths=np.full(rows, length))
+  p = ObjectiveConfig(mask_prob=0.15).num_predictions(length)
+  assert p == 9
+  out = _mask(jax.random.PRNGKey(9), ids, input_mask, mask_prob=0.15, max_predictions=p)
+  np.testing.assert_array_equal(out.weights, 1)  # every draw keeps its weight, duplicates included
+  distinct = np.array([len(set(sel.tolist())) for sel in _selected(out)])
+  assert abs(distinct.mean() - 8.4407) < 0.107, distinct.mean()
+  assert abs(np.mean(distinct < 9) - 0.4562) < 0.078, np.mean(distinct < 9)
+  for row in range(rows):
+    sel = _selected(out)[row]
+    np.testing.assert_array_equal(out.targets[row], ids[row, sel])
+    changed = np.flatnonzero(out.input_ids[row] != ids[row])
+    assert set(changed.tolist()) <= set(sel.tolist())
+    assert np.all(out.input_ids[row, changed] == SPECIAL.mask)
+  without = _mask(jax.random.PRNGKey(9), ids, input_mask, mask_prob=0.15, max_predictions=p, with_replacement=False)
+  assert all(len(set(sel.tolist())) == 9 for sel in _selected(without))
+
+
+def test_a_twice_drawn_position_is_masked_if_any_draw_is():
+  # One row, P = 2 slots both forced onto the only candidate (position 1): the position is [MASK] unless both
+  # draws keep it, P = 0.15^2 = 0.0225 per row, against 0.15 if only one draw counted. Over 2000 rows: kept
+  # ~ Binomial(2000, 0.0225), mean 45, sd 6.6; band 45 +- 33 (5 sd) excludes 300 (one draw deciding).
+  rows = 2000
+  ids = np.tile(np.array([2, 7, 3], np.int32), (rows, 1))
+  out = _mask(jax.random.PRNGKey(10), ids, np.ones_like(ids), mask_prob=0.9, max_predictions=2)
+  np.testing.assert_array_equal(out.positions, 1)
+  np.testing.assert_array_equal(out.weights, 1)
+  kept = np.sum(out.input_ids[:, 1] == 7)
+  assert np.all((out.input_ids[:, 1] == 7) | (out.input_ids[:, 1] == SPECIAL.mask))
+  assert abs(kept - 45) < 33, kept
+
+
+def test_scatter_first_listing_wins():
+  ids = np.array([[10, 11, 12, 13]], np.int32)
+  positions = np.array([[2, 1, 2, 2]], np.int32)
+  values = np.array([[20, 21, 22, 23]], np.int32)
+  out = np.asarray(masking.scatter(jax.numpy.asarray(ids), positions, values))
+  np.testing.assert_array_equal(out, [[10, 21, 20, 13]])

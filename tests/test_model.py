@@ -376,14 +376,18 @@ def test_layer_norm_eps_behaviour():
   np.testing.assert_allclose(np.asarray(out)[0, 0], pattern, atol=1e-3)
 
 
+# The layers official ELECTRA builds with tf.layers.dense's default kernel initialiser (glorot_uniform).
+GLOROT = ('embeddings_project/kernel', 'discriminator_predictions/dense_prediction/kernel')
+
+
 def test_initialisation(params):
-  # Kernels and embedding tables: truncated normal with stddev 0.02, cut at 2 stddev (as TF's
+  # Kernels and embedding tables but GLOROT's: truncated normal with stddev 0.02, cut at 2 stddev (as TF's
   # truncated_normal_initializer): every |w| <= 0.04 and the std is 0.02 * 0.8796 = 0.01759 (the std of a
   # standard normal truncated to [-2, 2] is sqrt(1 - 4 phi(2) / (2 Phi(2) - 1)) = 0.8796).
   # With n ~ 2e4 values the sample std's relative sd is 1/sqrt(2n) = 0.5%; tolerance 3% (6 sd).
   # Biases 0, LayerNorm scale 1.
   flat = _paths(params)
-  weights = [v for n, v in flat.items() if n.endswith('kernel') or n.endswith('embedding')]
+  weights = [v for n, v in flat.items() if n.endswith(('kernel', 'embedding')) and not n.endswith(GLOROT)]
   values = np.concatenate([np.ravel(v) for v in weights])
   assert values.size > 15000
   assert np.max(np.abs(values)) <= 0.04 + 1e-7
@@ -396,6 +400,30 @@ def test_initialisation(params):
       np.testing.assert_array_equal(value, 1, err_msg=name)
     else:
       assert name.endswith(('kernel', 'embedding')), name
+
+
+def test_official_glorot_layers(params):
+  # glorot_uniform draws U(-a, a), a = sqrt(6 / (fan_in + fan_out)), std a / sqrt(3) = sqrt(2 / (fan_in + fan_out)).
+  # CONFIG: the discriminator's embeddings_project is [E=16, H=32]: a = sqrt(6/48) = 0.35355, std 0.20412;
+  # dense_prediction (official dense_1) is [H=32, 1]: a = sqrt(6/33) = 0.42640, std 0.24618 (the generator,
+  # 16 = E wide, has no projection). Against truncated_normal(0.02), std 0.0176 and |w| <= 0.04.
+  flat = _paths(params)
+  glorot = {n: v for n, v in flat.items() if n.endswith(GLOROT)}
+  assert sorted(glorot) == ['discriminator/discriminator_predictions/dense_prediction/kernel',
+                            'discriminator/embeddings_project/kernel']
+  limits = {'discriminator/embeddings_project/kernel': (0.35355, 0.20412),
+            'discriminator/discriminator_predictions/dense_prediction/kernel': (0.42640, 0.24618)}
+  scaled = []
+  for name, (limit, std) in limits.items():
+    value = np.ravel(glorot[name])
+    np.testing.assert_allclose(limit / math.sqrt(3), std, rtol=1e-4)
+    assert np.max(np.abs(value)) <= limit, name
+    assert np.max(np.abs(value)) > limit / 2, name  # 32 draws all under a/2: probability 2^-32
+    scaled.append(value / limit)
+  # value / a is U(-1, 1), std 1/sqrt(3) = 0.57735. For n = 544 uniform draws the sample std's relative sd is
+  # sqrt((kurtosis - 1) / (4n)) = sqrt(0.8 / 2176) = 1.9%; tolerance 8% (4 sd).
+  np.testing.assert_allclose(np.std(np.concatenate(scaled)), 0.57735, rtol=0.08)
+  np.testing.assert_allclose(np.std(np.ravel(glorot['discriminator/embeddings_project/kernel'])), 0.20412, rtol=0.08)
 
 
 @pytest.mark.parametrize('embedding_size, fraction, gen_project, disc_project', [

@@ -75,7 +75,7 @@ def test_losses_by_hand_random_selection(seed):
   ids[1, :10] = [2, 6, 5, 5, 6, 3, 6, 6, 5, 3]
   original = jnp.asarray(ids)
   disc = lambda corrupted: jnp.where(corrupted != original, 0.0, jnp.log(3.0))
-  config = ObjectiveConfig(mask_prob=0.15, temperature=1e-3)
+  config = ObjectiveConfig(mask_prob=0.15, temperature=1e-3, mask_with_replacement=False)  # 3 distinct positions
   loss, m = _loss(_stub_apply(original, disc), _batch(ids), config, rng=seed)
   np.testing.assert_allclose(m['gen_loss'][0], 2 * LOG2, rtol=1e-6)
   np.testing.assert_allclose(m['disc_loss'][0], 1.8 * LOG2, rtol=1e-6)
@@ -108,7 +108,8 @@ def test_losses_and_metrics_by_hand(mask_token_prob):
   #   disc_loss = (9 s + 4) / 9 = s + 4/9,   loss = 8/5 log 2 + 50 (s + 4/9).
   ids = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
   logits = jnp.array([[1, 1, -1, 1, -1, 5, 5, 5], [-1, 1, 1, -1, 5, 5, 5, 5]], jnp.float32)
-  config = ObjectiveConfig(mask_prob=0.6, temperature=1e-3, mask_token_prob=mask_token_prob)
+  config = ObjectiveConfig(mask_prob=0.6, mask_with_replacement=False,
+                           temperature=1e-3, mask_token_prob=mask_token_prob)
   loss, m = _loss(_stub_apply(jnp.asarray(ids), lambda corrupted: logits), _batch(ids), config)
   s = math.log(1 + math.exp(-1))
   np.testing.assert_allclose(m['gen_loss'][0], 1.6 * LOG2, rtol=1e-6)
@@ -131,7 +132,8 @@ def test_loss_weights():
   # Same example as above with gen_weight 2 and disc_weight 10: loss = 2 * 8/5 log 2 + 10 (s + 4/9).
   ids = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
   logits = jnp.array([[1, 1, -1, 1, -1, 5, 5, 5], [-1, 1, 1, -1, 5, 5, 5, 5]], jnp.float32)
-  config = ObjectiveConfig(mask_prob=0.6, temperature=1e-3, gen_weight=2.0, disc_weight=10.0)
+  config = ObjectiveConfig(mask_prob=0.6, mask_with_replacement=False,
+                           temperature=1e-3, gen_weight=2.0, disc_weight=10.0)
   loss, _ = _loss(_stub_apply(jnp.asarray(ids), lambda corrupted: logits), _batch(ids), config)
   s = math.log(1 + math.exp(-1))
   np.testing.assert_allclose(loss, 3.2 * LOG2 + 10 * (s + 4 / 9), rtol=1e-6)
@@ -143,7 +145,7 @@ def test_disallow_correct_labels_every_selection_replaced():
   ids = np.array([[2, 7, 7, 7, 3, 0, 0, 0], [2, 7, 7, 3, 0, 0, 0, 0]], np.int32)
   zeros = lambda corrupted: jnp.zeros(corrupted.shape, jnp.float32)
   for disallow in (False, True):
-    config = ObjectiveConfig(mask_prob=0.6, disallow_correct=disallow)
+    config = ObjectiveConfig(mask_prob=0.6, mask_with_replacement=False, disallow_correct=disallow)
     _, m = _loss(_stub_apply(jnp.asarray(ids), zeros), _batch(ids), config)
     if disallow:
       assert m['sampled_original'] == (0.0, 5.0)

@@ -66,6 +66,8 @@ class BatchIterator:
             'examples': self.examples.fingerprint}
 
   def set_state(self, state: dict):
+    if not state:  # an import's step 0 (electra_jax.convert): no data read yet, start at the beginning
+      return
     if 'grain' not in state:
       raise DataError(f'the checkpoint holds a data position {state} from an older loader; resume it with the '
                       'electra_jax version that wrote it, or start a new --workdir')

@@ -1,0 +1,99 @@
+"""Continued pre-training: a new run that starts from the weights of another run or of an import.
+
+  python -m electra_jax.main --config=configs/small.py --config.init_checkpoint=IMPORT \
+      --config.data.source=CORPUS --workdir=WORKDIR [--config.init_optimizer=True]
+
+The model (its sizes, its tying) and the tokenizer come from init_checkpoint's config.json and tokenizer, whatever
+the --config file says; the settings that change no parameter (`FREE_MODEL_KEYS`) stay the run's own. The run
+starts at step 0 of its own schedule, at the start of its own data, in its own workdir. `init_optimizer` also
+takes the Adam moments (the learning-rate schedule still starts again). Once the new run has a checkpoint of its
+own, the same command resumes it from that.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from electra_jax import checkpoint, fileio
+from electra_jax.config import ConfigError
+from electra_jax.data import tokenizer as tokenizer_lib
+
+# Model keys that change no parameter's name or shape: the new run's config decides them.
+FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate')
+
+
+def check_overrides(config, overrides: dict):
+  """Refuses command-line overrides (`--config.KEY=VALUE`, as ml_collections reports them) that contradict
+  init_checkpoint: its model's sizes and its tokenizer. Nothing else is read or written."""
+  if not config.get('init_checkpoint'):
+    if config.get('init_optimizer'):
+      raise ConfigError('config key init_optimizer needs init_checkpoint (a pre-training WORKDIR or an import)')
+    return
+  source = checkpoint.load_config(config.init_checkpoint)
+  for key, value in sorted(overrides.items()):
+    section, _, name = key.partition('.')
+    if section == 'model' and name not in FREE_MODEL_KEYS and value != getattr(source.model, name, value):
+      raise ConfigError(f'--config.{key}={value} conflicts with init_checkpoint {config.init_checkpoint}, whose model '
+                        f'has {key}={getattr(source.model, name)}: a continued run takes the model from its '
+                        'checkpoint; drop the override')
+    if key == 'data.tokenizer' and value:
+      raise ConfigError(f'--config.data.tokenizer conflicts with init_checkpoint {config.init_checkpoint}: its '
+                        'embeddings are indexed by its own tokenizer, which a continued run always uses; drop it')
+
+
+def adopt(config) -> ml_collections.ConfigDict:
+  """`config` with init_checkpoint's model section (but `FREE_MODEL_KEYS`) and its tokenizer; `config` itself if
+  it has no init_checkpoint."""
+  if not config.get('init_checkpoint'):
+    return config
+  source_dir = config.init_checkpoint
+  source = checkpoint.load_config(source_dir)
+  tokenizer = tokenizer_lib.load(source_dir)  # raises DataError in one line if it has none
+  values = config.to_dict()
+  model = dataclasses.asdict(source.model)
+  model.update({k: values['model'][k] for k in FREE_MODEL_KEYS if k in values['model']})
+  values['model'] = model
+  values['data'].update(tokenizer=source_dir, lowercase=tokenizer.lowercase, vocab_size=tokenizer.vocab_size)
+  if values['data']['max_seq_length'] > model['max_position_embeddings']:
+    raise ConfigError(f'data.max_seq_length={values["data"]["max_seq_length"]} exceeds init_checkpoint\'s '
+                      f'model.max_position_embeddings={model["max_position_embeddings"]}; lower data.max_seq_length')
+  return ml_collections.ConfigDict(values)
+
+
+def check_workdir(config, workdir):
+  """Refuses to write the continued run into init_checkpoint itself: its checkpoints are the starting point."""
+  if config.get('init_checkpoint') and fileio.path(workdir) == fileio.path(config.init_checkpoint):
+    raise ConfigError(f'--workdir is init_checkpoint {config.init_checkpoint}: a continued run writes its own '
+                      'checkpoints; give a new --workdir')
+
+
+def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
+  """The continued run's step-0 TrainState: `fresh` (run.init_state's) with init_checkpoint's latest params and,
+  with `init_optimizer`, its optimiser state (its learning-rate schedule restarted), each laid out as `run` says."""
+  checkpointer = checkpoint.Checkpointer(init_checkpoint)
+  try:
+    step = checkpointer.latest_step()
+    if step is None:
+      raise checkpoint.CheckpointError(f'{checkpointer.directory} holds no checkpoint to start from')
+    abstract = run.abstract_state()
+    if not init_optimizer:
+      return fresh.replace(params=checkpointer.restore_params(step, abstract.params))
+    try:
+      restored, _ = checkpointer.restore(step, abstract)
+    except checkpoint.CheckpointError as e:
+      raise checkpoint.CheckpointError(f'{e}; with init_optimizer the optimizer settings that shape its state '
+                                       '(optimizer.bias_correction) must be those it was written with') from None
+  finally:
+    checkpointer.close()
+  return fresh.replace(params=restored.params, opt_state=_restart_schedule(restored.opt_state))
+
+
+def _restart_schedule(opt_state):
+  """The optimiser state with its learning-rate schedule's step count at 0 (Adam's moments and count kept)."""
+  def restart(s):
+    if isinstance(s, optax.ScaleByScheduleState):
+      return s._replace(count=jnp.zeros_like(s.count))
+    return tuple(restart(x) for x in s) if isinstance(s, tuple) and not hasattr(s, '_fields') else s
+  return restart(opt_state)
