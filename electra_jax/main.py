@@ -10,7 +10,7 @@
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, finetune, sharding, trainer
+from electra_jax import cli, compile_cache, finetune, sharding, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'A config file under configs/, e.g. configs/tiny.py; override any key with '
@@ -34,6 +34,7 @@ def main(argv):
     return
   mode = cli.run(cli.mode_for, _CONFIG.value, _MODE.value, config_flags.get_config_filename(flags.FLAGS['config']))
   cli.run(sharding.initialize_distributed)
+  compile_cache.enable(_CONFIG.value.get('data', {}).get('cache_dir', ''))
   cli.run(RUNS[mode], _CONFIG.value, _WORKDIR.value)
 
 
