@@ -34,6 +34,9 @@ def flags_parser(argv):
     raise
   except (KeyError, AttributeError, flags.Error) as e:
     _exit_with(_flag_error(e, argv))
+  except BrokenPipeError:  # the usage went to a pipe that closed early (`--help | head`): nothing is wrong
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
   except Exception as e:  # loading a config file runs the user's Python: any error is theirs to fix
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), '')

@@ -1,4 +1,4 @@
-"""The one entry point: flags and dispatch only.
+r"""The one entry point: flags and dispatch only.
 
   python -m electra_jax.main --config=configs/tiny.py --workdir=/tmp/electra [--config.train_steps=100]
   python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=/tmp/electra \
