@@ -174,7 +174,10 @@ class Pretraining:
       sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
       self._batch_checked = True
     with sharding.activate(self.mesh, self.config.mesh.rules):
-      return (self._compiled or self._step)(state, batch, rng)
+      if self._compiled is None:
+        return self._step(state, batch, rng)
+      # An executable takes its inputs where it was compiled to find them (jit would place an uncommitted key).
+      return self._compiled(state, batch, jax.device_put(rng, sharding.replicated(self.mesh)))
 
   def compile(self):
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
