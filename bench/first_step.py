@@ -6,8 +6,9 @@ command in a new workdir) and a resume (the warm run's workdir again).
 Each run is the README's quickstart command with `--config.log_every=1` (host-side only: the compiled step is the
 same), so metrics.jsonl gets its first line when step 1 is done; the run is then stopped with SIGTERM (it writes a
 checkpoint: the resume starts from it). A last run, warm, turns the compilation cache off
-(ELECTRA_JAX_COMPILATION_CACHE=0) to show what it saves. The cache directory (tokenizer, packed data, compiled programs) is
-`--scratch`/cache, emptied first. Prints one line per run with the load average and the startup stages' lines.
+(ELECTRA_JAX_COMPILATION_CACHE=0) to show what it saves. The cache directory (tokenizer, packed data, compiled
+programs) is `--scratch`/cache, emptied first. Prints one line per run with the load average and the startup
+stages' lines.
 """
 
 import argparse
