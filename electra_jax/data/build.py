@@ -111,7 +111,7 @@ def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, 
   """All examples of `source` in memory (the streaming path for small corpora); `progress` shows a bar of the
   chunks, documents and examples packed so far on stderr."""
   chunks, documents, examples = [], 0, 0
-  with tqdm.tqdm(desc='packing', unit='chunk', disable=not progress, dynamic_ncols=True,
+  with tqdm.tqdm(desc='packing', bar_format='{desc}: {n} chunks of text [{elapsed}{postfix}]', disable=not progress,
                  mininterval=0.5 if sys.stderr.isatty() else 30.0) as bar:
     for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
                              chunk_chars=chunk_chars):
