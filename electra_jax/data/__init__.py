@@ -116,7 +116,9 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                       f'(lowercase={tokenizer.lowercase}); leave data.tokenizer empty to use the one saved with it')
     if metadata['max_seq_length'] != config.max_seq_length:
       raise DataError(f'{config.source} holds examples of max_seq_length={metadata["max_seq_length"]}, but '
-                      f'data.max_seq_length={config.max_seq_length}; set it to match or rebuild the data')
+                      f'data.max_seq_length={config.max_seq_length}; add --config.data.max_seq_length='
+                      f'{metadata["max_seq_length"]} to match, or rebuild the data with `python -m electra_jax.data '
+                      f'build --max_seq_length={config.max_seq_length}`')
     return built
   source = open_source(config)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
