@@ -30,8 +30,27 @@ def stage(doing: str, done: str = 'done'):
   """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why."""
   log(f'{doing}...')
   start = time.perf_counter()
-  yield
-  log(f'{done} in {time.perf_counter() - start:.1f} s')
+  note = []  # the block may add words to the done line
+  yield note
+  log(f'{done} in {time.perf_counter() - start:.1f} s{"".join(note)}')
+
+
+CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
+
+
+@contextlib.contextmanager
+def compiling(what: str):
+  """Prints `compiling what...` and then `compiled in N s`, saying when the program came from the persistent
+  compilation cache (electra_jax.compile_cache) rather than the compiler."""
+  hits = []
+  listener = lambda event, **kwargs: hits.append(event) if event == CACHE_HIT else None
+  jax.monitoring.register_event_listener(listener)
+  try:
+    with stage(f'compiling {what}', done='compiled') as note:
+      yield
+      note.append(' (from the compilation cache)' if hits else '')
+  finally:
+    jax.monitoring.unregister_event_listener(listener)
 
 
 def _duration(seconds: float) -> str:

@@ -138,7 +138,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
   accumulate = jax.jit(metrics_lib.accumulate)
-  with report.stage('compiling the train step', done='compiled'):  # before the bar: its rate and ETA exclude it
+  with report.compiling('the train step'):  # before the progress bar: its rate and ETA exclude the compile
     run.compile()
   writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)

@@ -3,6 +3,7 @@
 import json
 import os
 
+import jax
 import pytest
 
 from electra_jax import plot, report
@@ -86,3 +87,13 @@ def test_plot_errors_are_one_line(tmp_path, capsys, make, args, message):
   err = capsys.readouterr().err
   assert exit_info.value.code == 1 and err.startswith('error: ') and message in err and err.count('\n') == 1
   assert not os.path.exists(tmp_path / 'out.png')
+
+
+def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, monkeypatch):
+  monkeypatch.setattr(report.time, 'perf_counter', iter([10.0, 12.5, 20.0, 21.25]).__next__)
+  with report.compiling('the train step'):
+    pass
+  with report.compiling('the train step'):
+    jax.monitoring.record_event(report.CACHE_HIT)  # what JAX records when the cache has the program
+  assert capsys.readouterr().err == ('compiling the train step...\ncompiled in 2.5 s\n'
+                                     'compiling the train step...\ncompiled in 1.2 s (from the compilation cache)\n')
