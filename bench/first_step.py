@@ -14,6 +14,7 @@ stages' lines.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,7 +47,7 @@ def first_step(config: str, workdir: str, cache: str, env: dict) -> tuple[float,
       process.send_signal(signal.SIGTERM)
       process.wait()
   lines = [line.strip() for line in open(log, encoding='utf-8').read().replace('\r', '\n').splitlines()]
-  return seconds, [line for line in lines if line.endswith((' s', '...')) and 'pre-training:' not in line]
+  return seconds, [line for line in lines if line.endswith('...') or re.search(r' in [0-9.]+ s\b', line)]
 
 
 def _last_step(path: str) -> int:
