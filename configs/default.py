@@ -86,7 +86,7 @@ def get_config():
   config.data.text_field = 'text'  # tfds sources: the feature holding a document's text.
   config.data.tfds_split = 'train'  # tfds sources: the split to read (tfds slicing syntax works).
   config.data.tfds_data_dir = ''  # tfds sources: tfds data_dir; '': ~/tensorflow_datasets or $TFDS_DATA_DIR.
-  config.data.cache_dir = ''  # Tokenizer and packed-data cache; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
+  config.data.cache_dir = ''  # Tokenizers, packed data, compiled steps; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = (-1, 1, 1)  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.

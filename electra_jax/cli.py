@@ -7,6 +7,7 @@ import ast
 import difflib
 import functools
 import os
+import re
 import runpy
 import sys
 import tokenize
@@ -26,8 +27,16 @@ def flags_parser(argv):
     parsed = flags.FLAGS(argv)
     if 'config' in flags.FLAGS and flags.FLAGS['config'].value is not None:
       flags.FLAGS['config'].value.keys()  # a config file that failed to load raises here, on first use
+  except SystemExit as e:
+    # absl prints the usage for --help and then exits with status 1, as for an error: asking for help is not one.
+    if e.code == 1 and any(a.split('=', 1)[0] in HELP_FLAGS for a in argv[1:]):
+      sys.exit(0)
+    raise
   except (KeyError, AttributeError, flags.Error) as e:
     _exit_with(_flag_error(e, argv))
+  except BrokenPipeError:  # the usage went to a pipe that closed early (`--help | head`): nothing is wrong
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
   except Exception as e:  # loading a config file runs the user's Python: any error is theirs to fix
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), '')
@@ -36,6 +45,13 @@ def flags_parser(argv):
   if 'workdir' in flags.FLAGS and not flags.FLAGS.workdir and not flags.FLAGS.get_flag_value('show_config', False):
     _exit_with('--workdir=DIR is required: where checkpoints, metrics and results go')
   return parsed
+
+
+HELP_FLAGS = ('--help', '-help', '-?', '--helpshort', '--helpfull', '--helpxml')
+# How ml_collections reports an override it cannot parse: `flag --config.KEY=VALUE: <Python's exception text>`.
+_BAD_VALUE = re.compile(r'flag --config\.([\w.]+)=(.*?): ', re.DOTALL)
+_TYPE_NAMES = {bool: 'true or false', int: 'an integer', float: 'a number', str: 'a string',
+               tuple: 'a comma-separated list', list: 'a comma-separated list'}
 
 
 def _exit_with(message: str):
@@ -57,9 +73,25 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
       hint = f' (did you mean {close[0]}?)' if close else ''
       return f'{filename} has no key {key}{hint}; --config={filename} --show_config lists every key'
   message = error.args[0] if error.args else str(error)
+  bad = _BAD_VALUE.match(str(message))
+  if bad and filename is not None:
+    key, value = bad.groups()
+    current = dict(flat_keys(_load_config(filename))).get(key)
+    if type(current) in _TYPE_NAMES:
+      return (f'--config.{key}={value}: {key} takes {_TYPE_NAMES[type(current)]} ({filename} sets '
+              f'{_show(current)}), not {value!r}')
   while isinstance(message, str) and message[:1] in '\'"' and message[-1:] == message[:1]:
     message = ast.literal_eval(message)  # KeyError's message can arrive quoted, even twice
   return ' '.join(str(message).split())
+
+
+def _show(value) -> str:
+  """A config value as it is written on the command line."""
+  if isinstance(value, bool):
+    return str(value).lower()
+  if isinstance(value, (tuple, list)):
+    return ','.join(str(v) for v in value)
+  return repr(value) if isinstance(value, str) else str(value)
 
 
 def _load_config(filename: str):

@@ -202,7 +202,10 @@ class MeshConfig:
   rules: tuple = ()
 
   def __post_init__(self):
-    object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
+    try:
+      object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
+    except (TypeError, ValueError):
+      raise ConfigError(f'mesh.shape takes {len(AXES)} integers for {AXES}, e.g. -1,1,1; got {self.shape}') from None
     object.__setattr__(self, 'rules', tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                                             for name, axes in self.rules))
     if len(self.shape) != len(AXES) or list(self.shape).count(-1) > 1:

@@ -1,4 +1,4 @@
-"""The one entry point: flags and dispatch only.
+r"""The one entry point: flags and dispatch only.
 
   python -m electra_jax.main --config=configs/tiny.py --workdir=/tmp/electra [--config.train_steps=100]
   python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=/tmp/electra \
@@ -10,7 +10,7 @@
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, continued, finetune, sharding, trainer
+from electra_jax import cli, compile_cache, continued, finetune, sharding, trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'A config file under configs/, e.g. configs/tiny.py; override any key with '
@@ -36,6 +36,7 @@ def main(argv):
   if mode == 'pretrain':  # the model of an init_checkpoint is its own: refuse overrides that contradict it
     cli.run(continued.check_overrides, _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))
   cli.run(sharding.initialize_distributed)
+  compile_cache.enable(_CONFIG.value.get('data', {}).get('cache_dir', ''))
   cli.run(RUNS[mode], _CONFIG.value, _WORKDIR.value)
 
 

@@ -152,6 +152,7 @@ class Pretraining:
   state_shardings: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   _batch_checked: bool = dataclasses.field(init=False, default=False)
+  _compiled: Any = dataclasses.field(init=False, default=None)
 
   def __post_init__(self):
     c = self.config
@@ -173,7 +174,15 @@ class Pretraining:
       sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
       self._batch_checked = True
     with sharding.activate(self.mesh, self.config.mesh.rules):
-      return self._step(state, batch, rng)
+      if self._compiled is None:
+        return self._step(state, batch, rng)
+      # An executable takes its inputs where it was compiled to find them (jit would place an uncommitted key).
+      return self._compiled(state, batch, jax.device_put(rng, sharding.replicated(self.mesh)))
+
+  def compile(self):
+    """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
+    this first times its steps without the compile. `step_fn` then runs this executable."""
+    self._compiled = self.lower().compile()
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""

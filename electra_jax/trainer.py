@@ -15,7 +15,7 @@ import jax
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, sharding
+from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, report, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -90,6 +90,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   describes the run that trained. `stop_after` ends this invocation after that many steps, as a preemption
   would (tests use it).
   """
+  started = time.time()
   continued.check_workdir(config, workdir)
   config = continued.adopt(config)  # with init_checkpoint: its model and tokenizer
   config_dict = config.to_dict()
@@ -141,6 +142,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
   rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
   accumulate = jax.jit(metrics_lib.accumulate)
+  with report.compiling('the train step'):  # before the progress bar: its rate and ETA exclude the compile
+    run.compile()
   writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   progress = tqdm.tqdm(total=c.train_steps, initial=start, desc='pre-training', unit='step', dynamic_ncols=True,
@@ -187,6 +190,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     with contextlib.suppress(OSError):  # already reported above, if it failed
       writer.close()
     checkpointer.close()
+  report.print_pretraining_summary(workdir, last, start_step=start, step=step, train_steps=c.train_steps,
+                                   seconds=time.time() - started, checkpoint=checkpointer.directory / str(step))
   return last
 
 

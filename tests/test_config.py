@@ -3,6 +3,7 @@
 import glob
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,7 @@ def test_int_is_accepted_for_float():
     {'model__hidden_size': 250, 'model__num_heads': 4},
     {'mesh__shape': (-1, -1, 1)},
     {'mesh__shape': (8, 1)},
+    {'mesh__shape': ('a', 'b', '1')},  # --config.mesh.shape=a,b,1 arrives as strings
     {'batch_size': 0},
     {'model__tying': 'encoder'},
     {'model__tying': 'all'},  # with the default generator, a quarter of the discriminator's width
@@ -190,3 +192,29 @@ def test_config_module_imports_nothing_above_it():
   assert 'electra_jax.config' in imported
   assert not imported & {'electra_jax.objective', 'electra_jax.sharding', 'electra_jax.model',
                          'electra_jax.train_step', 'electra_jax.checkpoint', 'electra_jax.trainer'}
+
+
+def _command(module, *args):
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO, capture_output=True, text=True,
+                        timeout=120, check=False)
+
+
+@pytest.mark.parametrize('module', ['electra_jax.main', 'electra_jax.experiments.compare'])
+def test_help_exits_0_with_the_usage(module):
+  result = _command(module, '--help')
+  assert result.returncode == 0, result.stderr
+  assert f'python -m {module} --config=' in result.stdout and '--workdir' in result.stdout
+  # The usage's continued command line reads as typed (`\` then the next line), not as a run of spaces.
+  assert re.search(r' \\\n +\S', result.stdout) and not re.search(r'\S {3,}[-\[]', result.stdout)
+
+
+@pytest.mark.parametrize('override, message', [
+    ('--config.data.lowercase=maybe',
+     "--config.data.lowercase=maybe: data.lowercase takes true or false (configs/tiny.py sets true), not 'maybe'"),
+    ('--config.train_steps=abc',
+     "--config.train_steps=abc: train_steps takes an integer (configs/tiny.py sets 1000), not 'abc'"),
+])
+def test_a_value_of_the_wrong_type_is_one_line_naming_key_type_and_value(override, message, tmp_path):
+  result = _command('electra_jax.main', '--config=configs/tiny.py', f'--workdir={tmp_path}', override)
+  assert result.returncode == 2 and result.stderr == f'error: {message}\n'
+  assert not os.listdir(tmp_path)

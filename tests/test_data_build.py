@@ -121,5 +121,16 @@ def test_cli_bad_input(argv, message, tmp_path, capsys, cache_dir):
   (tmp_path / 'bad_vocab.txt').write_text('[PAD]\n[UNK]\na\n')
   status, out, err = _cli(capsys, *(a.format(tmp=tmp_path) for a in argv))
   assert status == 1 and out == ''
-  assert err.startswith('error: ') and message in err and len(err.strip().splitlines()) == 1
+  # One error line, after at most the lines saying what was being done (training a tokenizer, packing).
+  *doing, last = [line for line in err.strip().splitlines() if line.strip()]
+  assert last.startswith('error: ') and message in last
+  assert all(line.endswith('...') or line.startswith('packing:') for line in doing), doing
   del cache_dir
+
+
+def test_cli_help_shows_the_defaults(capsys):
+  status, out, _ = _cli(capsys, 'build', '--help')
+  assert status == 0
+  assert '(default: 8000)' in out and '(default: unigram)' in out and '(default: train)' in out
+  assert 'packing processes; 0: one per CPU core (default: 0)' in ' '.join(out.split())
+  assert '(default: None)' not in out and '(default: False)' not in out

@@ -218,3 +218,13 @@ def test_conll_lines_and_sentence_positions(tmp_path):
   path.write_text('The\tDT\ncat\n', encoding='utf-8')
   with pytest.raises(DataError, match=r"dev.conll line 2: expected token<TAB>tag, got 'cat'"):
     files.conll_examples(str(path))
+
+
+def test_glue_test_files_are_optional(tmp_path):
+  """A GLUE directory without test.tsv trains and evaluates (as a task directory does); it only predicts none."""
+  rte = _copy_glue(tmp_path, 'RTE')
+  assert [s.name for s in tasks.get_task('rte', glue_dir=str(tmp_path)).test_splits] == ['test']
+  os.remove(rte / 'test.tsv')
+  task = tasks.get_task('rte', glue_dir=str(tmp_path))
+  assert task.test_splits == ()
+  assert len(tasks.read(task, 'validation')) == 3

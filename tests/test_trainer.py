@@ -230,3 +230,15 @@ def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir):
   assert not np.array_equal(kernel(params[2]), kernel(params[3]))
   np.testing.assert_array_equal(kernel(params[5]), kernel(final_params(tmp_path)[0]))
   assert checkpoint.load_config(str(tmp_path)).save_steps == (2, 3)
+
+
+def test_startup_stages_and_the_end_of_run_summary(tmp_path, corpus_file, cache_dir, capsys):
+  """The compile is announced and timed before the progress bar; the run ends with its summary on stdout."""
+  trainer.train(tiny_config(corpus_file, cache_dir), tmp_path, stop_after=2)
+  out, err = capsys.readouterr()
+  compiling, compiled = err.index('compiling the train step...\n'), err.index('compiled in ')
+  assert compiling < compiled < err.index('| 0/8 [')  # the bar starts after the compile: its ETA excludes it
+  assert out.startswith('pre-training stopped at step 2 of 8 (2 steps in ')
+  assert f'  newest checkpoint: {tmp_path}/checkpoints/2\n' in out and os.path.isdir(tmp_path / 'checkpoints' / '2')
+  assert f'python -m electra_jax.detect --checkpoint {tmp_path} ' in out
+  assert f'--config.init_checkpoint={tmp_path} ' in out

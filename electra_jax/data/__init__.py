@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from electra_jax import fileio
+from electra_jax import fileio, report
 from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
@@ -95,9 +95,11 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
   if os.path.exists(os.path.join(directory, tokenizer_lib.CONFIG_FILE)):  # written last: the tokenizer is complete
     return tokenizer_lib.load(directory, config.lowercase)
-  return tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), directory, vocab_size=config.vocab_size,
-                             kind=config.tokenizer_type, lowercase=config.lowercase,
-                             max_sentences=TOKENIZER_SAMPLE_LINES)
+  with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
+                    f'(once: cached in {directory})', done='tokenizer trained'):
+    return tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), directory, vocab_size=config.vocab_size,
+                               kind=config.tokenizer_type, lowercase=config.lowercase,
+                               max_sentences=TOKENIZER_SAMPLE_LINES)
 
 
 def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
@@ -114,7 +116,9 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                       f'(lowercase={tokenizer.lowercase}); leave data.tokenizer empty to use the one saved with it')
     if metadata['max_seq_length'] != config.max_seq_length:
       raise DataError(f'{config.source} holds examples of max_seq_length={metadata["max_seq_length"]}, but '
-                      f'data.max_seq_length={config.max_seq_length}; set it to match or rebuild the data')
+                      f'data.max_seq_length={config.max_seq_length}; add --config.data.max_seq_length='
+                      f'{metadata["max_seq_length"]} to match, or rebuild the data with `python -m electra_jax.data '
+                      f'build --max_seq_length={config.max_seq_length}`')
     return built
   source = open_source(config)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
@@ -124,7 +128,10 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
     with np.load(path) as cached:
       return examples_lib.InMemoryExamples(cached['input_ids'].astype(np.int32),
                                            cached['segment_ids'].astype(np.int32))
-  examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed)
+  with report.stage(f'packing {source} into examples of {config.max_seq_length} tokens (once: cached in {path})',
+                    done='packed'):
+    examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
+                                        progress=report.is_chief())
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with fileio.atomic_writer(path) as f:
     np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),

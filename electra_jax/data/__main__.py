@@ -115,26 +115,37 @@ def _print_statistics(stats: dict):
     print(f'skipped: {count} {reason}')
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+  """--help shows each option's default, except where there is none to show (required options, switches, '')."""
+
+  def _get_help_string(self, action):
+    shown = action.default is not None and action.default is not False and action.default not in ('', argparse.SUPPRESS)
+    if action.required or not shown:
+      return action.help
+    return super()._get_help_string(action)
+
+
 def parse_args(argv):
   parser = argparse.ArgumentParser(prog='python -m electra_jax.data', description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
 
   def add(name, function, help_text):
-    command = commands.add_parser(name, help=help_text)
+    command = commands.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpWithDefaults)
     command.set_defaults(function=function)
-    command.add_argument('--source', default='', help="text files, 'tfds:NAME[/CONFIG]' or a built directory")
+    command.add_argument('--source', default='', help="text files (a file, directory or glob; plain or .gz), "
+                         "'tfds:NAME[/CONFIG]' or a built directory; '': the built-in quickstart corpus")
     command.add_argument('--type', default='unigram', choices=tokenizer_lib.TYPES,
                          help='tokenizer to train: SentencePiece unigram/bpe, or BERT wordpiece')
     command.add_argument('--vocab_size', type=int, default=8000, help='size of a tokenizer trained here')
     command.add_argument('--cased', action='store_true', help='keep case (default: lower-case)')
     command.add_argument('--text_field', default='text', help='tfds: the feature holding the text')
-    command.add_argument('--tfds_split', default='train')
-    command.add_argument('--tfds_data_dir', default='')
+    command.add_argument('--tfds_split', default='train', help='tfds: the split to read')
+    command.add_argument('--tfds_data_dir', default='', help="tfds: where the prepared dataset is; '': tfds's own")
     return command
 
   command = add('tokenizer', train_tokenizer, 'train a tokenizer on a corpus')
   command.add_argument('--output', required=True, help='directory for the tokenizer files')
-  command.add_argument('--overwrite', action='store_true')
+  command.add_argument('--overwrite', action='store_true', help='replace an existing --output')
   for name, function, help_text in (('build', build, 'pack a corpus once into ArrayRecord shards'),
                                     ('inspect', inspect, 'print decoded examples and corpus statistics')):
     command = add(name, function, help_text)

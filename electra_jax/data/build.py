@@ -13,10 +13,12 @@ import itertools
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 from typing import Iterable, Iterator
 
 import numpy as np
+import tqdm
 
 from electra_jax import fileio
 from electra_jax.data import examples as examples_lib
@@ -105,10 +107,19 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
 
 
 def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
-                   chunk_chars: int = CHUNK_CHARS) -> examples_lib.InMemoryExamples:
-  """All examples of `source` in memory (the streaming path for small corpora)."""
-  chunks = [c for c in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
-                                   chunk_chars=chunk_chars) if len(c.input_ids)]
+                   chunk_chars: int = CHUNK_CHARS, progress: bool = False) -> examples_lib.InMemoryExamples:
+  """All examples of `source` in memory (the streaming path for small corpora); `progress` shows a bar of the
+  chunks, documents and examples packed so far on stderr."""
+  chunks, documents, examples = [], 0, 0
+  with tqdm.tqdm(desc='packing', bar_format='{desc}: {n} chunks of text [{elapsed}{postfix}]', disable=not progress,
+                 mininterval=0.5 if sys.stderr.isatty() else 30.0) as bar:
+    for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
+                             chunk_chars=chunk_chars):
+      documents, examples = documents + chunk.documents, examples + len(chunk.input_ids)
+      bar.set_postfix(documents=documents, examples=examples, refresh=False)
+      bar.update(1)
+      if len(chunk.input_ids):
+        chunks.append(chunk)
   if not chunks:
     raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
                     'paragraph per line')

@@ -1,4 +1,4 @@
-"""Pre-training objectives compared at equal compute, on downstream tasks, against training from scratch.
+r"""Pre-training objectives compared at equal compute, on downstream tasks, against training from scratch.
 
   python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=/tmp/cmp \
       [--config.flops_budgets=1e13,3e13 --config.tasks="'DIR1','DIR2'" --config.seeds=5]

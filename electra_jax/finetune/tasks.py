@@ -150,7 +150,8 @@ def get_task(name: str, kind: str = '', glue_dir: str = '', squad_dir: str = '')
     raise ConfigError(f'--config.squad_dir is for squad_v1 and squad_v2, not {name!r}')
   if key in GLUE and glue_dir:
     task_dir = files.glue_task_dir(glue_dir, files.GLUE_FORMATS[key])
-    tests = GLUE[key].test_splits
+    # Test files are optional, as in a task directory: GLUE's are unlabelled, only for leaderboard predictions.
+    tests = tuple(s for s in GLUE[key].test_splits if (fileio.path(task_dir) / files.GLUE_FILES[s.source]).is_file())
     if key == 'mnli' and files.glue_diagnostic_file(task_dir):
       tests += (Split('diagnostic', 'diagnostic', 'AX.tsv'),)  # the leaderboard's AX: MNLI's model on it
     return dataclasses.replace(GLUE[key], source='glue_dir', location=task_dir, test_splits=tests)

@@ -1,0 +1,131 @@
+"""Training curves of one or more runs, overlaid, from their metrics.jsonl (no TensorBoard needed).
+
+  python -m electra_jax.plot WORKDIR [WORKDIR ...] --output=curves.png [--metrics=loss,disc_recall] [--x=train_flops]
+
+One panel per metric, one line per run. A WORKDIR is a run's directory (its metrics.jsonl), a metrics.jsonl file,
+or a directory whose subdirectories hold one each (e.g. one per fine-tuning seed): each becomes a line.
+Errors print one line `error: ...` and exit with status 1.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from matplotlib.figure import Figure
+
+from electra_jax import fileio
+
+METRICS_FILE = 'metrics.jsonl'
+# What a pre-training run's panels show, in this order, when the runs logged them (see the README's Outputs).
+DEFAULT_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy', 'disc_recall',
+                   'disc_precision', 'disc_prob_replaced', 'disc_prob_original', 'learning_rate')
+# Not curves: the x axes, and counters.
+NOT_METRICS = ('step', 'train_flops', 'tokens_per_second', 'seed')
+
+
+class PlotError(ValueError):
+  """A run cannot be read; the message says which and why."""
+
+
+def find_runs(paths: list[str]) -> dict[str, str]:
+  """{label: metrics.jsonl path} for the command line's paths (see the module docstring)."""
+  found = {}
+  for path in paths:
+    location = fileio.path(path)
+    if location.is_file():
+      files = [location]
+    elif (location / METRICS_FILE).is_file():
+      files = [location / METRICS_FILE]
+    elif location.is_dir():
+      files = sorted(child / METRICS_FILE for child in location.iterdir() if (child / METRICS_FILE).is_file())
+    else:
+      raise PlotError(f'{path} does not exist; give a run\'s WORKDIR or its {METRICS_FILE}')
+    if not files:
+      raise PlotError(f'{path} holds no {METRICS_FILE} (nor do its subdirectories): has the run logged a step yet?')
+    for file in files:
+      found[os.fspath(file)] = os.fspath(file)
+  # Label each run by the shortest tail of its directory that tells it from the others.
+  directories = {key: os.path.normpath(os.path.dirname(key)).split(os.sep) for key in found}
+  for depth in range(1, max(len(parts) for parts in directories.values()) + 1):
+    labels = {key: '/'.join(parts[-depth:]) for key, parts in directories.items()}
+    if len(set(labels.values())) == len(labels):
+      break
+  return {labels[key]: path for key, path in found.items()}
+
+
+def read_metrics(path: str) -> list[dict]:
+  """The records of a metrics.jsonl (a line cut short by a crash is skipped)."""
+  records = []
+  for line in fileio.path(path).read_text(encoding='utf-8').splitlines():
+    try:
+      record = json.loads(line)
+    except ValueError:
+      continue
+    if isinstance(record, dict) and 'step' in record:
+      records.append(record)
+  if not records:
+    raise PlotError(f'{path} holds no metrics yet (no complete line with a step)')
+  return records
+
+
+def choose_metrics(runs: dict[str, list[dict]], wanted: list[str] | None = None) -> list[str]:
+  """The metrics to plot: `wanted` (each must be logged by some run), else DEFAULT_METRICS that some run logged,
+  else every numeric key."""
+  logged = {k for records in runs.values() for r in records for k, v in r.items()
+            if k not in NOT_METRICS and isinstance(v, (int, float))}
+  if wanted:
+    missing = [m for m in wanted if m not in logged]
+    if missing:
+      raise PlotError(f'no run logged {", ".join(missing)}; they logged {", ".join(sorted(logged))}')
+    return list(wanted)
+  return [m for m in DEFAULT_METRICS if m in logged] or sorted(logged)
+
+
+def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', columns: int = 3) -> Figure:
+  """A figure with one panel per metric and, in each, one line per run of `runs` ({label: records})."""
+  rows = math.ceil(len(metrics) / columns)
+  figure = Figure(figsize=(4.5 * min(columns, len(metrics)), 3.2 * rows + 0.6), layout='constrained')
+  axes = figure.subplots(rows, min(columns, len(metrics)), squeeze=False).ravel()
+  for ax, metric in zip(axes, metrics):
+    for label, records in runs.items():
+      points = [(r[x], r[metric]) for r in records if x in r and isinstance(r.get(metric), (int, float))]
+      if points:
+        ax.plot(*zip(*points), label=label, linewidth=1.2)
+    ax.set_title(metric)
+    ax.set_xlabel(x)
+    ax.grid(alpha=0.3)
+  for ax in axes[len(metrics):]:
+    ax.set_visible(False)
+  if len(runs) > 1:
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc='outside upper center', ncols=min(len(runs), 4), fontsize='small')
+  return figure
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog='python -m electra_jax.plot', description=__doc__.split('\n')[0],
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  parser.add_argument('workdirs', nargs='+', metavar='WORKDIR', help='runs to overlay')
+  parser.add_argument('--output', default='curves.png', help='the image to write (.png, .pdf, .svg)')
+  parser.add_argument('--metrics', default='', help="comma-separated metrics; '': the usual pre-training ones")
+  parser.add_argument('--x', default='step', choices=('step', 'train_flops'), help='the x axis')
+  args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    runs = {label: read_metrics(path) for label, path in find_runs(args.workdirs).items()}
+    metrics = choose_metrics(runs, [m for m in args.metrics.split(',') if m])
+    figure = plot(runs, metrics, x=args.x)
+    with fileio.atomic_writer(args.output) as f:
+      figure.savefig(f, format=os.path.splitext(args.output)[1][1:] or 'png', dpi=110)
+  except (PlotError, ValueError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  except fileio.storage_errors() as e:
+    print(f'error: {fileio.describe(e)}', file=sys.stderr)
+    sys.exit(1)
+  print(f'wrote {args.output}: {len(metrics)} metrics of {len(runs)} run(s)')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,93 @@
+"""What a run tells its user: the stages of its start with their seconds (stderr), and a summary at its end (stdout).
+
+Only process 0 speaks: every host of a multi-host run does the same work, and one report is enough.
+"""
+
+import contextlib
+import shlex
+import sys
+import time
+
+import jax
+
+# The metrics a summary shows, in this order, when the run logged them.
+SUMMARY_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy',
+                   'disc_precision', 'disc_recall', 'disc_prob_replaced', 'disc_prob_original', 'replaced_fraction')
+
+
+def is_chief() -> bool:
+  return jax.process_index() == 0
+
+
+def log(message: str):
+  """`message` on stderr, from process 0 only."""
+  if is_chief():
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stage(doing: str, done: str = 'done'):
+  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why."""
+  log(f'{doing}...')
+  start = time.perf_counter()
+  note = []  # the block may add words to the done line
+  yield note
+  log(f'{done} in {time.perf_counter() - start:.1f} s{"".join(note)}')
+
+
+CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
+
+
+@contextlib.contextmanager
+def compiling(what: str):
+  """Prints `compiling what...` and then `compiled in N s`, saying when the program came from the persistent
+  compilation cache (electra_jax.compile_cache) rather than the compiler."""
+  hits = []
+  listener = lambda event, **kwargs: hits.append(event) if event == CACHE_HIT else None
+  jax.monitoring.register_event_listener(listener)
+  try:
+    with stage(f'compiling {what}', done='compiled') as note:
+      yield
+      note.append(' (from the compilation cache)' if hits else '')
+  finally:
+    jax.monitoring.unregister_event_listener(listener)
+
+
+def _duration(seconds: float) -> str:
+  minutes, seconds = divmod(round(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return f'{hours} h {minutes:02d} min {seconds:02d} s' if hours else f'{minutes} min {seconds:02d} s'
+
+
+def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: int, step: int, train_steps: int,
+                        seconds: float, checkpoint: str | None) -> str:
+  """The lines a pre-training run ends with: its final metrics, steps and wall time, the newest checkpoint, and the
+  commands to run next with `workdir` filled in (fine-tune, detect, convert, plot; resume if it stopped early)."""
+  w = shlex.quote(str(workdir))
+  shown = '  '.join(f'{k} {metrics[k]:.4g}' for k in SUMMARY_METRICS if k in metrics)
+  finished = step >= train_steps
+  lines = [f'pre-training {"finished" if finished else "stopped"} at step {step} of {train_steps} '
+           f'({step - start_step} steps in {_duration(seconds)})']
+  if shown:
+    lines.append(f'  final metrics: {shown}')
+  lines.append(f'  newest checkpoint: {checkpoint or "none written"}')
+  lines.append(f'  metrics: {workdir}/metrics.jsonl')
+  if not finished:
+    lines.append('resume: run the same command again')
+  lines += [
+      'next:',
+      f'  python -m electra_jax.plot {w} --output=curves.png   # plot the training curves',
+      f'  python -m electra_jax.detect --checkpoint {w} "the chef ate the meal"   # replaced-token probabilities',
+      f'  python -m electra_jax.main --config=configs/finetune.py --config.task=TASK --config.init_checkpoint={w} '
+      f'--workdir={shlex.quote(str(workdir).rstrip("/") + "_TASK")}   # TASK: a GLUE name or a directory of '
+      'train/dev .tsv files',
+      f'  python -m electra_jax.convert --checkpoint {w} --to-hf {shlex.quote(str(workdir).rstrip("/") + "_hf")}'
+      '   # a Hugging Face model',
+  ]
+  return '\n'.join(lines)
+
+
+def print_pretraining_summary(*args, **kwargs):
+  """`pretraining_summary` on stdout, from process 0 only."""
+  if is_chief():
+    print(pretraining_summary(*args, **kwargs), flush=True)

@@ -1,0 +1,99 @@
+"""What a run tells its user: the end-of-run summary (report.py) and the training-curve plot (plot.py)."""
+
+import json
+import os
+
+import jax
+import pytest
+
+from electra_jax import plot, report
+
+
+def test_summary_names_the_metrics_checkpoint_and_next_commands():
+  text = report.pretraining_summary('runs/my run', {'loss': 21.5, 'gen_accuracy': 0.25, 'disc_recall': 0.125,
+                                                    'tokens_per_second': 9999.0},
+                                    start_step=0, step=1000, train_steps=1000, seconds=208.4,
+                                    checkpoint='runs/my run/checkpoints/1000')
+  lines = text.splitlines()
+  assert lines[0] == 'pre-training finished at step 1000 of 1000 (1000 steps in 3 min 28 s)'
+  assert lines[1] == '  final metrics: loss 21.5  gen_accuracy 0.25  disc_recall 0.125'
+  assert '  newest checkpoint: runs/my run/checkpoints/1000' in lines
+  # The next commands, with the workdir filled in (quoted: it has a space) and runnable as printed.
+  commands = [line.split('   #')[0].strip() for line in lines if line.startswith('  python -m')]
+  assert commands == [
+      "python -m electra_jax.plot 'runs/my run' --output=curves.png",
+      "python -m electra_jax.detect --checkpoint 'runs/my run' \"the chef ate the meal\"",
+      "python -m electra_jax.main --config=configs/finetune.py --config.task=TASK "
+      "--config.init_checkpoint='runs/my run' --workdir='runs/my run_TASK'",
+      "python -m electra_jax.convert --checkpoint 'runs/my run' --to-hf 'runs/my run_hf'",
+  ]
+  assert 'resume' not in text
+
+
+def test_summary_of_a_stopped_run_says_how_to_resume():
+  text = report.pretraining_summary('/tmp/w', {}, start_step=200, step=250, train_steps=1000, seconds=3725,
+                                    checkpoint='/tmp/w/checkpoints/250')
+  assert text.startswith('pre-training stopped at step 250 of 1000 (50 steps in 1 h 02 min 05 s)\n')
+  assert 'final metrics' not in text and 'resume: run the same command again' in text
+
+
+def _write_metrics(directory, records):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
+    f.writelines(json.dumps(r) + '\n' for r in records)
+    f.write('{"step": 9, "lo')  # a line cut short by a crash: skipped
+  return str(directory)
+
+
+def test_plot_overlays_runs_one_panel_per_metric(tmp_path, capsys):
+  a = _write_metrics(tmp_path / 'a', [{'step': s, 'loss': 10.0 - s, 'gen_accuracy': 0.1 * s, 'disc_recall': 0.0,
+                                       'tokens_per_second': 5.0} for s in (1, 2, 3)])
+  b = _write_metrics(tmp_path / 'b', [{'step': s, 'loss': 9.0 - s, 'gen_accuracy': 0.05 * s} for s in (2, 4)])
+  runs = {label: plot.read_metrics(path) for label, path in plot.find_runs([a, b]).items()}
+  assert sorted(runs) == ['a', 'b'] and len(runs['a']) == 3
+  metrics = plot.choose_metrics(runs)
+  assert metrics == ['loss', 'gen_accuracy', 'disc_recall']  # DEFAULT_METRICS' order; no counters
+  figure = plot.plot(runs, metrics)
+  panels = [ax for ax in figure.axes if ax.get_visible()]
+  assert [ax.get_title() for ax in panels] == metrics
+  assert [len(ax.get_lines()) for ax in panels] == [2, 2, 1]  # b logged no disc_recall
+  xs, ys = panels[0].get_lines()[1].get_data()
+  assert list(xs) == [2, 4] and list(ys) == [7.0, 5.0]
+  # The command line writes the PNG.
+  output = tmp_path / 'curves.png'
+  plot.main([a, b, f'--output={output}'])
+  assert output.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert capsys.readouterr().out == f'wrote {output}: 3 metrics of 2 run(s)\n'
+
+
+def test_plot_reads_a_directory_of_seeds_and_labels_runs_apart(tmp_path):
+  for seed in (0, 1):
+    _write_metrics(tmp_path / 'x' / 'rte' / f'seed_{seed}', [{'step': 1, 'loss': 1.0}])
+  _write_metrics(tmp_path / 'y' / 'rte' / 'seed_0', [{'step': 1, 'loss': 2.0}])
+  found = plot.find_runs([str(tmp_path / 'x' / 'rte'), str(tmp_path / 'y' / 'rte' / 'seed_0')])
+  assert sorted(found) == ['x/rte/seed_0', 'x/rte/seed_1', 'y/rte/seed_0']
+
+
+@pytest.mark.parametrize('make, args, message', [
+    (lambda p: None, ['{p}/missing'], 'does not exist'),
+    (lambda p: os.makedirs(p / 'empty'), ['{p}/empty'], 'holds no metrics.jsonl'),
+    (lambda p: _write_metrics(p / 'r', [{'step': 1, 'loss': 1.0}]), ['{p}/r', '--metrics=gen_acc'],
+     'no run logged gen_acc; they logged loss'),
+])
+def test_plot_errors_are_one_line(tmp_path, capsys, make, args, message):
+  make(tmp_path)
+  with pytest.raises(SystemExit) as exit_info:
+    plot.main([a.format(p=tmp_path) for a in args] + [f'--output={tmp_path}/out.png'])
+  err = capsys.readouterr().err
+  assert exit_info.value.code == 1 and err.startswith('error: ') and message in err and err.count('\n') == 1
+  assert not os.path.exists(tmp_path / 'out.png')
+
+
+def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, monkeypatch):
+  monkeypatch.setattr(report.time, 'perf_counter', iter([10.0, 12.5, 20.0, 21.25]).__next__)
+  with report.compiling('the train step'):
+    pass
+  with report.compiling('the train step'):
+    jax.monitoring.record_event(report.CACHE_HIT)  # what JAX records when the cache has the program
+  assert capsys.readouterr().err == ('compiling the train step...\ncompiled in 2.5 s\n'
+                                     'compiling the train step...\ncompiled in 1.2 s (from the compilation cache)\n')
