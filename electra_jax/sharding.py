@@ -118,6 +118,9 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) ->
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
+HEARTBEAT_TIMEOUT = 100  # seconds: jax.distributed's default
+
+
 def initialize_distributed():
   """Starts jax.distributed when this is one process of a multi-process job; a no-op otherwise.
 
@@ -125,15 +128,21 @@ def initialize_distributed():
   Detected by jax itself: SLURM jobs of several tasks (one process per GPU, as jax's SLURM support assumes), GKE
   TPU pods (TPU_WORKER_HOSTNAMES), and whatever jax detects when ELECTRA_JAX_DISTRIBUTED=1 (Cloud TPU VM pod
   slices, which set no environment variable jax could be told apart by; launch/tpu_pod.sh sets it).
+
+  ELECTRA_JAX_HEARTBEAT_TIMEOUT (seconds, default 100 as in jax): how long the other processes wait for one that
+  stopped responding (killed, crashed, its machine gone) before they stop too (docs/faults.md, "On a pod").
   """
   env = os.environ
+  heartbeat = env.get('ELECTRA_JAX_HEARTBEAT_TIMEOUT', str(HEARTBEAT_TIMEOUT))
+  if not heartbeat.isdigit() or int(heartbeat) < 1:
+    raise ConfigError(f'ELECTRA_JAX_HEARTBEAT_TIMEOUT={heartbeat} must be a whole number of seconds, at least 1')
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
     jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                                num_processes=int(env['JAX_NUM_PROCESSES']),
-                               process_id=int(env['JAX_PROCESS_ID']))
+                               process_id=int(env['JAX_PROCESS_ID']), heartbeat_timeout_seconds=int(heartbeat))
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    jax.distributed.initialize()
+    jax.distributed.initialize(heartbeat_timeout_seconds=int(heartbeat))
