@@ -14,19 +14,22 @@ starts it (jax_enable_preemption_service, on by default, CPU included):
   others (its `reached_sync_point` calls block meanwhile, so no host runs past), and all take max + 1 as the stop
   step: `reached_preemption_sync_point(n)` is True on every host for the same n, and for no other.
 
-Orbax's `CheckpointManager.reached_preemption` is the same call. A hand-made alternative (an all-gather of a stop
-flag every step) would wait for each step's result before the next is dispatched; the sync manager talks to the
-coordination service only once a notice arrives. Its protocol counts the calls of this invocation (steps since
-start or resume, the same on every host): a notice that arrives before the loop (loading data, restoring, the
-first compile) sets the stop at call 1, i.e. after the first step; a global step number would never match it.
+Orbax's `CheckpointManager.reached_preemption` is the same call; orbax also makes it itself, from the thread that
+finishes a write, with that write's step, which would record a step some hosts have passed (checkpoint._Manager
+keeps orbax out of it). A hand-made alternative, an all-gather of a stop flag every step, would also be correct,
+but it is a collective the host waits for after every step, behind the step itself (one scalar, but the host
+could not dispatch the next step ahead); the sync manager costs nothing until a notice arrives. Its protocol
+counts the calls of this invocation (steps since start or resume, the same on every host): a notice that arrives
+before the loop (loading data, restoring, the first compile) sets the stop at call 1, i.e. after the first step,
+which a global step number would never match.
 
 A Python SIGTERM handler would replace the C++ one (and could not put it back), so with several processes SIGTERM
 is left to jax; SIGINT is re-raised as a SIGTERM so that it goes the same way.
 
 A host that dies outright (kill -9, a crash) sends no notice: its heartbeats stop, and after
-`ELECTRA_JAX_HEARTBEAT_TIMEOUT` seconds (sharding.initialize_distributed, jax's default 100) the coordination
-service fails every other process: they print "Terminating process because the JAX distributed service detected
-fatal errors ... another task died" and abort (status 134), instead of waiting for the dead host forever.
+ELECTRA_JAX_HEARTBEAT_TIMEOUT seconds (sharding.initialize_distributed; jax's default 100) the coordination service
+fails every other process: they print "Terminating process because the JAX distributed service detected fatal
+errors ... another task died" and abort (status 134) instead of waiting for the dead host forever.
 """
 
 import signal

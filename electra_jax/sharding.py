@@ -118,9 +118,6 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) ->
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
-HEARTBEAT_TIMEOUT = 100  # seconds: jax.distributed's default
-
-
 def initialize_distributed():
   """Starts jax.distributed when this is one process of a multi-process job; a no-op otherwise.
 
@@ -129,20 +126,27 @@ def initialize_distributed():
   TPU pods (TPU_WORKER_HOSTNAMES), and whatever jax detects when ELECTRA_JAX_DISTRIBUTED=1 (Cloud TPU VM pod
   slices, which set no environment variable jax could be told apart by; launch/tpu_pod.sh sets it).
 
-  ELECTRA_JAX_HEARTBEAT_TIMEOUT (seconds, default 100 as in jax): how long the other processes wait for one that
-  stopped responding (killed, crashed, its machine gone) before they stop too (docs/faults.md, "On a pod").
+  Bounded waits (docs/faults.md, "On a pod"), in seconds, jax's defaults unless set:
+  ELECTRA_JAX_HEARTBEAT_TIMEOUT (100): how long the others wait for a process that stopped responding (killed,
+  crashed, its machine gone) before they abort too; ELECTRA_JAX_SHUTDOWN_TIMEOUT (300): how long an exiting
+  process waits for the others to exit too (after an error on one host, the others are stuck in a collective:
+  then they all abort).
   """
   env = os.environ
-  heartbeat = env.get('ELECTRA_JAX_HEARTBEAT_TIMEOUT', str(HEARTBEAT_TIMEOUT))
-  if not heartbeat.isdigit() or int(heartbeat) < 1:
-    raise ConfigError(f'ELECTRA_JAX_HEARTBEAT_TIMEOUT={heartbeat} must be a whole number of seconds, at least 1')
+  timeouts = {}
+  for name, default in (('heartbeat', 100), ('shutdown', 300)):
+    key = f'ELECTRA_JAX_{name.upper()}_TIMEOUT'
+    value = env.get(key, str(default))
+    if not value.isdigit() or int(value) < 1:
+      raise ConfigError(f'{key}={value} must be a whole number of seconds, at least 1')
+    timeouts[f'{name}_timeout_seconds'] = int(value)
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
     jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                                num_processes=int(env['JAX_NUM_PROCESSES']),
-                               process_id=int(env['JAX_PROCESS_ID']), heartbeat_timeout_seconds=int(heartbeat))
+                               process_id=int(env['JAX_PROCESS_ID']), **timeouts)
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    jax.distributed.initialize(heartbeat_timeout_seconds=int(heartbeat))
+    jax.distributed.initialize(**timeouts)
