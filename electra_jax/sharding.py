@@ -17,6 +17,7 @@ from typing import Any
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -150,3 +151,8 @@ def initialize_distributed():
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
     jax.distributed.initialize(**timeouts)
+  if jax.process_count() > 1 and jax.default_backend() == 'cpu':
+    # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
+    # which start-up, data loading and compiling on loaded hosts can exceed. Connected now, while the processes are
+    # in step (jax.distributed.initialize just met them all), later collectives over all devices wait as needed.
+    multihost_utils.sync_global_devices('electra_jax: processes connected')
