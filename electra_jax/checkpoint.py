@@ -50,7 +50,7 @@ class Checkpointer:
     self.directory = self.workdir / 'checkpoints'
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
-    self.manager = ocp.CheckpointManager(
+    self.manager = _Manager(
         self.directory, item_names=('state', 'data'),
         options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True, cleanup_tmp_directories=True))
     self._failed = False
@@ -185,6 +185,20 @@ class Checkpointer:
           self.manager.close()
       else:
         self.manager.close()
+
+
+class _Manager(ocp.CheckpointManager):
+  """orbax's CheckpointManager, leaving jax's preemption sync point to the training loop (preemption.StopSignal).
+
+  orbax asks `reached_preemption(step)` only for its logs and statistics here (saves are forced), but the question
+  is not free: jax's sync manager records the step of every call, and the stop step it agrees on is the largest
+  step recorded on any host, plus one. orbax asks with the step a finished write was started at, from its
+  background thread, which would record a step some hosts have already passed: they would never stop.
+  """
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
 
 
 class _Damaged(Exception):

@@ -17,6 +17,7 @@ from typing import Any
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -125,15 +126,33 @@ def initialize_distributed():
   Detected by jax itself: SLURM jobs of several tasks (one process per GPU, as jax's SLURM support assumes), GKE
   TPU pods (TPU_WORKER_HOSTNAMES), and whatever jax detects when ELECTRA_JAX_DISTRIBUTED=1 (Cloud TPU VM pod
   slices, which set no environment variable jax could be told apart by; launch/tpu_pod.sh sets it).
+
+  Bounded waits (docs/faults.md, "On a pod"), in seconds, jax's defaults unless set:
+  ELECTRA_JAX_HEARTBEAT_TIMEOUT (100): how long the others wait for a process that stopped responding (killed,
+  crashed, its machine gone) before they abort too; ELECTRA_JAX_SHUTDOWN_TIMEOUT (300): how long an exiting
+  process waits for the others to exit too (after an error on one host, the others are stuck in a collective:
+  then they all abort).
   """
   env = os.environ
+  timeouts = {}
+  for name, default in (('heartbeat', 100), ('shutdown', 300)):
+    key = f'ELECTRA_JAX_{name.upper()}_TIMEOUT'
+    value = env.get(key, str(default))
+    if not value.isdigit() or int(value) < 1:
+      raise ConfigError(f'{key}={value} must be a whole number of seconds, at least 1')
+    timeouts[f'{name}_timeout_seconds'] = int(value)
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
     jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                                num_processes=int(env['JAX_NUM_PROCESSES']),
-                               process_id=int(env['JAX_PROCESS_ID']))
+                               process_id=int(env['JAX_PROCESS_ID']), **timeouts)
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
+  if jax.process_count() > 1 and jax.default_backend() == 'cpu':
+    # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
+    # which start-up, data loading and compiling on loaded hosts can exceed. Connected now, while the processes are
+    # in step (jax.distributed.initialize just met them all), later collectives over all devices wait as needed.
+    multihost_utils.sync_global_devices('electra_jax: processes connected')

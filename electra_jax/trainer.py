@@ -7,7 +7,6 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 import contextlib
 import json
 import math
-import signal
 import sys
 import time
 
@@ -15,7 +14,7 @@ import jax
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, report, sharding
+from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, preemption, report, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -27,27 +26,6 @@ WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 
 class TrainingError(RuntimeError):
   """The run cannot go on; the message says why and what to do."""
-
-
-class _StopSignal:
-  """Turns SIGTERM/SIGINT into a flag the loop checks between steps (checkpoint, then a clean exit)."""
-
-  def __init__(self):
-    self.received = None
-    self.previous = {}
-
-  def __enter__(self):
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      self.previous[sig] = signal.signal(sig, self._handle)
-    return self
-
-  def _handle(self, signum, frame):
-    del frame
-    self.received = signal.Signals(signum).name
-
-  def __exit__(self, *exc):
-    for sig, handler in self.previous.items():
-      signal.signal(sig, handler)
 
 
 def _check_resume_config(workdir, config_dict: dict):
@@ -152,7 +130,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   log_start, log_step = time.time(), start
   step = start
   try:
-    with _StopSignal() as stop:
+    with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
       while step < end:
         batch = sharding.global_batch(next(batches), run.batch_sharding)
         state, step_metrics = run.step_fn(state, batch, rng)
@@ -162,6 +140,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         _check_finite(previous, step - 1)
         previous = step_metrics
         progress.update(1)
+        stopping = stop.should_stop(step - start)
         if step % c.log_every == 0 or step == end:
           _check_finite(previous, step)
           last = metrics_lib.summarize(total)
@@ -172,12 +151,12 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
                                 if k in last}, refresh=False)
           total, log_start, log_step = None, time.time(), step
-        if step % c.checkpoint_every == 0 or step in c.save_steps or step == end or stop.received:
+        if step % c.checkpoint_every == 0 or step in c.save_steps or step == end or stopping:
           _check_finite(previous, step)
           checkpointer.save(step, state, batches.get_state())
-        if stop.received:
+        if stopping:
           checkpointer.wait()
-          progress.write(f'{stop.received} received: checkpoint saved at step {step} in {checkpointer.directory}; '
+          progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '
                          'run the same command again to resume.')
           break
     checkpointer.wait()

@@ -73,7 +73,23 @@ def test_processes_partition_each_global_batch(examples, process_count):
   for step, expected in enumerate(global_batches):
     shares = [local[p][step] for p in range(process_count)]
     assert all(len(share) == batch_size // process_count for share in shares)
-    assert sorted(sum(shares, [])) == sorted(expected)
+    assert sum(shares, []) == expected  # process p holds the p-th block of rows: the 1-process batch, row for row
+
+
+@pytest.mark.parametrize('before, after', [(2, 1), (4, 2), (1, 4)])
+def test_resume_on_another_process_count_continues_the_global_stream(examples, before, after):
+  """A checkpoint stores process 0's position (batches taken): under another process count it resumes the same
+  global batches."""
+  expected = _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=5), 25)
+  first = BatchIterator(examples, SPECIAL, batch_size=8, seed=5, process_index=0, process_count=before)
+  _take(first, 15)
+  state = json.loads(json.dumps(first.get_state()))
+  resumed = []
+  for p in range(after):
+    iterator = BatchIterator(examples, SPECIAL, batch_size=8, seed=5, process_index=p, process_count=after)
+    iterator.set_state(state)
+    resumed.append(_take(iterator, 10))
+  assert [sum((resumed[p][step] for p in range(after)), []) for step in range(10)] == expected[15:]
 
 
 def test_resuming_on_other_examples_of_the_same_number_is_refused(examples):

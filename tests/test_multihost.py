@@ -77,3 +77,11 @@ def test_partial_distributed_environment_is_a_clear_error(monkeypatch):
   monkeypatch.setenv('JAX_PROCESS_ID', '0')
   with pytest.raises(sharding.ConfigError, match='JAX_NUM_PROCESSES not: set all three'):
     sharding.initialize_distributed()
+
+
+@pytest.mark.parametrize('name', ['ELECTRA_JAX_HEARTBEAT_TIMEOUT', 'ELECTRA_JAX_SHUTDOWN_TIMEOUT'])
+def test_a_bad_timeout_is_a_clear_error(monkeypatch, name):
+  monkeypatch.setenv('JAX_COORDINATOR_ADDRESS', '127.0.0.1:1234')
+  monkeypatch.setenv(name, '1m')
+  with pytest.raises(sharding.ConfigError, match=f'{name}=1m must be a whole number of seconds'):
+    sharding.initialize_distributed()

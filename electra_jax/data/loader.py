@@ -43,8 +43,12 @@ class BatchIterator:
     dataset = (grain.MapDataset.range(len(examples))
                .shuffle(seed=shuffle_seed(seed))
                .repeat()
-               [process_index::process_count]
+               # Global batch k is examples [k * batch_size, (k + 1) * batch_size) of the stream, and process p
+               # holds its p-th contiguous block, as sharding.global_batch lays them out: every process count
+               # trains on the same global batches, row for row, and a checkpoint's position (batches taken)
+               # means the same under any process count.
                .batch(batch_size // process_count, batch_fn=np.asarray)
+               [process_index::process_count]
                .map(self._read))
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
     self._iterator = iter(dataset.to_iter_dataset(options))

@@ -36,8 +36,9 @@ from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, report, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
+from electra_jax.preemption import StopSignal
 from electra_jax.train_step import ABSTRACT_KEY, TrainState
-from electra_jax.trainer import TrainingError, _StopSignal  # pylint: disable=protected-access  (shared on purpose)
+from electra_jax.trainer import TrainingError
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
@@ -261,7 +262,7 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
   accumulate = jax.jit(metrics_lib.accumulate)
   total = None
   try:
-    with _StopSignal() as stop:
+    with StopSignal() as stop:  # every host stops after the same step, whichever got the signal
       for step in range(start + 1, end + 1):
         state, step_metrics = run.step_fn(state, sharding.global_batch(next(batches), run.batch_sharding), rng)
         total = accumulate(total, step_metrics)
@@ -275,7 +276,7 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
           total = None
         if c.eval_every and evaluate_dev and step % c.eval_every == 0 and step < run.total_steps:
           writer.write(step, evaluate_dev(state.params))
-        interrupted = stop.received or (step == end < run.total_steps and 'stopped')
+        interrupted = (stop.should_stop(step - start) and stop.reason()) or (step == end < run.total_steps and 'stopped')
         if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
           checkpointer.save(step, state, {'step': step})
         if interrupted:
