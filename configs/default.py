@@ -19,6 +19,9 @@ def get_config():
   config.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = 3  # How many recent checkpoints to keep on disk.
   config.save_steps = ()  # Extra steps to checkpoint, kept on disk whatever keep_checkpoints says.
+  config.eval_every = 0  # Steps between held-out evaluations (and one at the last step); 0: none. Needs data.eval_*.
+  config.eval_batches = 16  # Fixed held-out batches (of batch_size) each evaluation runs on: the same every time.
+  config.profile_steps = ''  # 'START,COUNT': trace steps START.. into WORKDIR/tensorboard (TensorBoard's Profile tab).
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: take it from the tokenizer.
@@ -82,6 +85,10 @@ def get_config():
   config.data.tfds_split = 'train'  # tfds sources: the split to read (tfds slicing syntax works).
   config.data.tfds_data_dir = ''  # tfds sources: tfds data_dir; '': ~/tensorflow_datasets or $TFDS_DATA_DIR.
   config.data.cache_dir = ''  # Tokenizer and packed-data cache; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
+  # Fraction of the documents of a text data.source held out of training for evaluation (chosen by a hash of each
+  # document's text); 0: none. A built data.source cannot hold documents out: give data.eval_source instead.
+  config.data.eval_fraction = 0.0
+  config.data.eval_source = ''  # Held-out text to evaluate on instead (anything data.source accepts); '': none.
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = (-1, 1, 1)  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.

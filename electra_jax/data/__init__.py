@@ -20,13 +20,14 @@ from electra_jax import fileio
 from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
+from electra_jax.data import split as split_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.corpus import DataError
 from electra_jax.data.loader import BatchIterator
 from electra_jax.data.tokenizer import Tokenizer
 
 __all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokenizer', 'load_examples',
-           'open_source']
+           'load_eval_examples', 'open_source']
 
 TOKENIZER_SAMPLE_LINES = 2_000_000
 
@@ -44,11 +45,17 @@ class DataConfig:
   tfds_split: str = 'train'
   tfds_data_dir: str = ''
   cache_dir: str = ''
+  eval_fraction: float = 0.0
+  eval_source: str = ''
 
   def __post_init__(self):
     if self.tokenizer_type not in tokenizer_lib.TYPES:
       raise DataError(f'data.tokenizer_type must be one of {", ".join(tokenizer_lib.TYPES)}, '
                       f'got {self.tokenizer_type!r}')
+    if not 0 <= self.eval_fraction < 1:
+      raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
+    if self.eval_fraction and self.eval_source:
+      raise DataError('data.eval_fraction and data.eval_source both name held-out text; set one of them')
 
 
 def cache_dir(config: DataConfig) -> str:
@@ -101,12 +108,33 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
 
 
 def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
-  """The packed examples of `data.source`: a built directory's shards, or text packed in memory (cached .npz).
+  """The packed training examples of `data.source`: a built directory's shards, or text packed in memory (cached
+  .npz), without the documents `data.eval_fraction` holds out.
 
   Returns a store with `len()`, `max_length` and `read(indices)` for `BatchIterator`. `seed` drives the packing
   of text sources; a built directory was packed with the seed given to `build`.
   """
+  return _load_examples(config, tokenizer, seed, split='train' if config.eval_fraction else '')
+
+
+def load_eval_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
+  """The held-out examples: those of `data.eval_source` (anything `data.source` accepts), or those of the documents
+  `data.eval_fraction` holds out of `data.source`; None when neither is set."""
+  if config.eval_source:
+    eval_config = dataclasses.replace(config, source=config.eval_source, eval_source='', eval_fraction=0.0)
+    return _load_examples(eval_config, tokenizer, seed, split='')
+  if config.eval_fraction:
+    return _load_examples(config, tokenizer, seed, split='eval')
+  return None
+
+
+def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: str):
+  """The examples of `config.source`, of one side of its held-out split when `split` is 'train' or 'eval'."""
   if examples_lib.is_built(config.source):
+    if split:
+      raise DataError(f'data.eval_fraction holds documents out when text is packed, but data.source='
+                      f'{config.source} was built (packed) already; give the held-out text as data.eval_source '
+                      '(text files, tfds: or another built directory) and leave data.eval_fraction at 0')
     built = examples_lib.ArrayRecordExamples(built_directory(config))
     metadata = built.metadata
     if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
@@ -117,6 +145,8 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                       f'data.max_seq_length={config.max_seq_length}; set it to match or rebuild the data')
     return built
   source = open_source(config)
+  if split:
+    source = split_lib.DocumentSplit(source, config.eval_fraction, split)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
                      build_lib.CHUNK_CHARS)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
@@ -124,7 +154,13 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
     with np.load(path) as cached:
       return examples_lib.InMemoryExamples(cached['input_ids'].astype(np.int32),
                                            cached['segment_ids'].astype(np.int32))
-  examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed)
+  try:
+    examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed)
+  except DataError:
+    if split != 'eval':
+      raise
+    raise DataError(f'data.eval_fraction={config.eval_fraction} holds out no document of {source.source}; raise it, '
+                    'or give held-out text as data.eval_source') from None
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with fileio.atomic_writer(path) as f:
     np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),
