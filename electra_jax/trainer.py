@@ -107,7 +107,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   mesh = sharding.make_mesh(c.mesh)
   sharding.check_batch(mesh, c.mesh.rules, c.batch_size, c.grad_accum_steps)
   run = Pretraining(c, tokenizer.special, mesh)
-  examples = data.load_examples(data_config, tokenizer, seed=c.seed)
+  examples = data.load_examples(data_config, tokenizer, seed=c.seed, process_index=jax.process_index(),
+                                process_count=jax.process_count())
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
   evaluator = evaluation.Evaluator(run, data.load_eval_examples(data_config, tokenizer, seed=c.seed) if c.eval_every

@@ -77,14 +77,16 @@ def open_source(config: DataConfig) -> corpus.TextFiles | corpus.TfdsText:
                             tfds_data_dir=config.tfds_data_dir, cache_dir=cache_dir(config))
 
 
-def built_directory(config: DataConfig) -> str:
-  """The built `data.source` as a local directory: itself, or for gs:// a verified copy in the cache."""
+def built_directory(config: DataConfig, shards: list[int] | None = None) -> str:
+  """The built `data.source` as a local directory: itself, or for gs:// a verified copy in the cache of its
+  metadata, its tokenizer and the shards numbered `shards` (None: all)."""
   if not fileio.is_remote(config.source):
     return os.path.expanduser(config.source)
   metadata = examples_lib.read_metadata(config.source)
   names = [examples_lib.METADATA, tokenizer_lib.CONFIG_FILE, metadata['tokenizer']['file']]
+  shards = range(len(metadata['shards'])) if shards is None else shards
   try:
-    return fileio.local_copy(config.source, names + [shard['file'] for shard in metadata['shards']],
+    return fileio.local_copy(config.source, names + [metadata['shards'][i]['file'] for i in shards],
                              cache_dir(config))
   except OSError as e:
     raise DataError(f'cannot copy the built dataset {config.source} to the local cache: '
@@ -96,7 +98,7 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   if config.tokenizer:
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):
-    return tokenizer_lib.load(built_directory(config))
+    return tokenizer_lib.load(built_directory(config, shards=[]))
   source = open_source(config)
   key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
@@ -107,14 +109,18 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
                              max_sentences=TOKENIZER_SAMPLE_LINES)
 
 
-def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
+def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0, *, process_index: int = 0,
+                  process_count: int = 1):
   """The packed training examples of `data.source`: a built directory's shards, or text packed in memory (cached
   .npz), without the documents `data.eval_fraction` holds out.
 
   Returns a store with `len()`, `max_length` and `read(indices)` for `BatchIterator`. `seed` drives the packing
-  of text sources; a built directory was packed with the seed given to `build`.
+  of text sources; a built directory was packed with the seed given to `build`. A built directory on gs:// read by
+  several processes gives each only its own shards (`examples.host_shards`; the store's `host_part` is then
+  (process_index, process_count)), so that each host copies only those to its disk.
   """
-  return _load_examples(config, tokenizer, seed, split='train' if config.eval_fraction else '')
+  return _load_examples(config, tokenizer, seed, split='train' if config.eval_fraction else '',
+                        part=(process_index, process_count) if fileio.is_remote(config.source) else (0, 1))
 
 
 def load_eval_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
@@ -128,14 +134,17 @@ def load_eval_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
   return None
 
 
-def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: str):
-  """The examples of `config.source`, of one side of its held-out split when `split` is 'train' or 'eval'."""
+def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: str, part=(0, 1)):
+  """The examples of `config.source`, of one side of its held-out split when `split` is 'train' or 'eval'; of a
+  built source, process part[0]'s share of its shards among part[1] processes."""
   if examples_lib.is_built(config.source):
     if split:
       raise DataError(f'data.eval_fraction holds documents out when text is packed, but data.source='
                       f'{config.source} was built (packed) already; give the held-out text as data.eval_source '
                       '(text files, tfds: or another built directory) and leave data.eval_fraction at 0')
-    built = examples_lib.ArrayRecordExamples(built_directory(config))
+    shards = examples_lib.host_shards(len(examples_lib.read_metadata(config.source)['shards']), *part)
+    built = examples_lib.ArrayRecordExamples(built_directory(config, shards), shards)
+    built.host_part = None if shards is None else part
     metadata = built.metadata
     if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
       raise DataError(f'{config.source} was built with another tokenizer than {tokenizer.model_file} '
