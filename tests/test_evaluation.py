@@ -163,3 +163,16 @@ def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file
   # profile_steps='2,2' traced steps 2 and 3 into the TensorBoard directory, where the profile plugin looks.
   traces = glob.glob(str(tmp_path / 'tensorboard' / 'plugins' / 'profile' / '*' / '*.xplane.pb'))
   assert len(traces) == 1 and os.path.getsize(traces[0]) > 1000
+
+
+def test_a_run_from_before_the_held_out_keys_resumes(tmp_path, corpus_file, cache_dir):
+  """A workdir whose config.json predates data.eval_fraction/eval_source resumes when they keep their defaults,
+  and is refused when they would change the training examples."""
+  values = tiny_config(corpus_file, cache_dir, eval_every=0, **{'data.eval_fraction': 0.0}).to_dict()
+  saved = json.loads(json.dumps(values))
+  del saved['data']['eval_fraction'], saved['data']['eval_source']
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
+  values['data']['eval_fraction'] = 0.1
+  with pytest.raises(config_lib.ConfigError, match=r'different data settings \(data.eval_fraction\)'):
+    trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
