@@ -103,12 +103,12 @@ def main():
     source = corpus.TextFiles('')
     local = os.path.join(scratch, 'built')
     packed = build.pack_in_memory(source, tokenizer, max_length=64, seed=0)
-    total = len(packed) * 64 * 3  # uint16 ids and uint8 segment ids per token
-    build.build(source, tokenizer, local, max_length=64, processes=1, shard_bytes=-(-total // args.shards))
+    per_shard = -(-len(packed) // args.shards)  # examples; a record is 64 uint16 ids and 64 uint8 segment ids
+    metadata = build.build(source, tokenizer, local, max_length=64, processes=1, shard_bytes=per_shard * 64 * 3)
     for name in sorted(os.listdir(local)):
       (fileio.path(f'gs://{BUCKET}/data') / name).write_bytes(open(os.path.join(local, name), 'rb').read())
     print(f'built {len(packed)} examples, {directory_bytes(local)} bytes in {len(os.listdir(local))} files '
-          f'({args.shards} shards) at gs://{BUCKET}/data', flush=True)
+          f'({len(metadata["shards"])} shards) at gs://{BUCKET}/data', flush=True)
     print('| processes | per host: bytes copied from the bucket | per host: peak RSS (MiB) | wall (s) |')
     print('|---|---|---|---|')
     for n in [int(x) for x in args.processes.split(',')]:

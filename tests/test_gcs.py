@@ -109,8 +109,8 @@ def test_each_process_copies_and_reads_only_its_own_shards(built, gcs_dir, tmp_p
     resumed.set_state(state)
     np.testing.assert_array_equal(next(resumed)['input_ids'], expected['input_ids'])
     everything = data.BatchIterator(whole, tokenizer.special, batch_size=8, seed=0)
-    with pytest.raises(DataError, match='each of 2 processes read its own shards of the built data.source, but now '
-                       'every process read from the whole'):
+    with pytest.raises(DataError, match='each of 2 processes reading its own shards of the built data.source, but '
+                       'this run has every process reading from the whole'):
       everything.set_state(state)
 
 

@@ -89,9 +89,9 @@ class BatchIterator:
                       'electra_jax version that wrote it, or start a new --workdir')
     saved, now = state.get('host_shards_of'), None if self.host_part is None else self.host_part[1]
     if saved != now:
-      raise DataError(f'the checkpoint was written while {_reading(saved)}, but now {_reading(now)}: the examples '
-                      'would come in another order. Resume it on the number of processes (and with the data.source) '
-                      'it was written with, or start a new --workdir')
+      raise DataError(f'the checkpoint was written with {_reading(saved)}, but this run has {_reading(now)}: the '
+                      'examples would come in another order. Resume it on the number of processes (and with the '
+                      'data.source) it was written with, or start a new --workdir')
     if state['num_examples'] != self._dataset_size():
       raise DataError(f'the checkpoint was written while data.source packed into {state["num_examples"]} examples, '
                       f'but it now packs into {self._dataset_size()}: the corpus changed. Restore it, or start a '
@@ -104,5 +104,5 @@ class BatchIterator:
 
 def _reading(processes: int | None) -> str:
   if processes:
-    return f'each of {processes} processes read its own shards of the built data.source'
-  return 'every process read from the whole of data.source'
+    return f'each of {processes} processes reading its own shards of the built data.source'
+  return 'every process reading from the whole of data.source'
