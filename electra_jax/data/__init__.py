@@ -6,7 +6,7 @@ or gs://. Text sources are packed in memory on first use; that and any tokenizer
 `data.cache_dir`, keyed by the source (file names, sizes, contents) and the settings, so a second run starts at
 once. Large corpora are built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on
 demand; shards on gs:// are read from a verified local copy in `data.cache_dir` (array_record opens local files
-only).
+only), of this process's share of them when several processes train (`load_examples`).
 """
 
 import dataclasses
