@@ -22,6 +22,9 @@ def get_config():
   # A pre-training WORKDIR or an import to continue pre-training from: its model and tokenizer, a new run at step 0.
   config.init_checkpoint = ''
   config.init_optimizer = False  # With init_checkpoint: also take its Adam moments (the schedule starts again).
+  config.eval_every = 0  # Steps between held-out evaluations (and one at the last step); 0: none. Needs data.eval_*.
+  config.eval_batches = 16  # Fixed held-out batches (of batch_size) each evaluation runs on: the same every time.
+  config.profile_steps = ''  # 'START,COUNT': trace steps START.. into WORKDIR/tensorboard (TensorBoard's Profile tab).
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: take it from the tokenizer.
@@ -87,6 +90,10 @@ def get_config():
   config.data.tfds_split = 'train'  # tfds sources: the split to read (tfds slicing syntax works).
   config.data.tfds_data_dir = ''  # tfds sources: tfds data_dir; '': ~/tensorflow_datasets or $TFDS_DATA_DIR.
   config.data.cache_dir = ''  # Tokenizers, packed data, compiled steps; '': $ELECTRA_JAX_CACHE or ~/.cache/electra_jax.
+  # Fraction of the documents of a text data.source held out of training for evaluation (chosen by a hash of each
+  # document's text); 0: none. A built data.source cannot hold documents out: give data.eval_source instead.
+  config.data.eval_fraction = 0.0
+  config.data.eval_source = ''  # Held-out text to evaluate on instead (anything data.source accepts); '': none.
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = (-1, 1, 1)  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.

@@ -226,6 +226,9 @@ class TrainConfig:
   save_steps: tuple[int, ...] = ()
   init_checkpoint: str = ''
   init_optimizer: bool = False
+  eval_every: int = 0
+  eval_batches: int = 16
+  profile_steps: str = ''
   model: ModelConfig = ModelConfig()
   objective: ObjectiveConfig = ObjectiveConfig()
   optimizer: OptimizerConfig = OptimizerConfig()
@@ -240,6 +243,8 @@ class TrainConfig:
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in self.save_steps):
       raise ConfigError(f'config key save_steps must hold positive step numbers, got {self.save_steps}')
     object.__setattr__(self, 'save_steps', tuple(self.save_steps))  # a list when read back from config.json
+    self._check_evaluation()
+    self.profile_range()  # refuses a malformed profile_steps before anything runs
     if self.batch_size % self.grad_accum_steps:
       raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
     if self.grad_accum_steps > 1 and self.objective.name != 'electra':
@@ -259,6 +264,28 @@ class TrainConfig:
             f'be the same size; the generator is {m.tower(True)} and the discriminator {m.tower(False)}. Set '
             'model.generator_hidden_fraction=1 and model.generator_layers_fraction=1 (the generator has '
             'hidden // 64 heads and a 4 * hidden FFN: model.num_heads and model.intermediate_size must match)')
+
+  def _check_evaluation(self):
+    if self.eval_every < 0 or self.eval_batches <= 0:
+      raise ConfigError(f'config keys eval_every (0: no evaluation) and eval_batches must be >= 0 and positive, '
+                        f'got {self.eval_every} and {self.eval_batches}')
+    if self.eval_every and not (self.data.eval_fraction or self.data.eval_source):
+      raise ConfigError(f'eval_every={self.eval_every} evaluates on held-out text, and there is none: set '
+                        'data.eval_fraction (e.g. 0.01: documents held out of data.source) or data.eval_source, '
+                        'or eval_every=0')
+
+  def profile_range(self) -> tuple[int, int] | None:
+    """profile_steps 'START,COUNT' as (START, COUNT): trace steps START to START + COUNT - 1; None when ''."""
+    if not self.profile_steps:
+      return None
+    try:
+      start, count = (int(part) for part in self.profile_steps.split(','))
+    except ValueError:
+      start = count = 0
+    if start <= 0 or count <= 0:
+      raise ConfigError(f"profile_steps must be 'START,COUNT' with positive numbers (e.g. '10,5': steps 10 to 14; "
+                        f"skip step 1, which compiles), or '' for none; got {self.profile_steps!r}")
+    return start, count
 
 
 def load(config, vocab_size: int | None = None) -> TrainConfig:

@@ -168,14 +168,23 @@ def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: mas
                         rows=None, selected_only: bool = False) -> dict[str, jax.Array]:
   """The float32 sums named in SUMS over a batch (or a micro-batch: `rows` [batch] are its rows' indices in the
   full batch, passed to the model for its dropout)."""
+  return detection_sums(masked, *generate_and_detect(apply_fn, params, batch, masked, sample,
+                                                     deterministic=deterministic, rngs=rngs, rows=rows,
+                                                     selected_only=selected_only))
+
+
+def generate_and_detect(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                        sample: Callable[[jax.Array], jax.Array], *, deterministic: bool = False, rngs=None,
+                        rows=None, selected_only: bool = False):
+  """(generator logits [batch, P, vocab], Detection): the two towers' outputs on a batch whose masking is chosen
+  (arguments as `replaced_token_sums`). Evaluation reads the discriminator's logits from the Detection."""
   gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
   row_kwargs = {} if rows is None else {'rows': rows}
   gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
                         deterministic=deterministic, method='generator_logits', rngs={'dropout': gen_rng},
                         **row_kwargs)
-  detection = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic,
-                      rng=disc_rng, row_kwargs=row_kwargs, selected_only=selected_only)
-  return _sums(masked, gen_logits, detection)
+  return gen_logits, _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic,
+                             rng=disc_rng, row_kwargs=row_kwargs, selected_only=selected_only)
 
 
 class Detection(NamedTuple):
@@ -204,7 +213,8 @@ def _detect(apply_fn, params, batch, masked: masking.Masked, sample, gen_logits,
   return Detection(samples, labels, disc_logits, token_weights)
 
 
-def _sums(masked: masking.Masked, gen_logits, d: Detection) -> dict[str, jax.Array]:
+def detection_sums(masked: masking.Masked, gen_logits, d: Detection) -> dict[str, jax.Array]:
+  """The SUMS of a batch from its masking, generator logits and Detection."""
   gen_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets)
   predicted = (d.disc_logits > 0).astype(jnp.float32) * d.token_weights
   prob = jax.nn.sigmoid(d.disc_logits) * d.token_weights
@@ -395,7 +405,7 @@ def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: maskin
                                          method='generator_logits_and_baseline', rngs={'dropout': gen_rng})
   d = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic, rng=disc_rng,
               row_kwargs={}, selected_only=False)
-  _, metrics = loss_and_metrics(_sums(masked, gen_logits, d), config, progress=progress)
+  _, metrics = loss_and_metrics(detection_sums(masked, gen_logits, d), config, progress=progress)
   disc_xent = optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels)
   reward = jax.lax.stop_gradient(jnp.take_along_axis(disc_xent, masked.positions, axis=1))  # [batch, P]
   baseline = -jax.nn.log_sigmoid(baseline_logits)

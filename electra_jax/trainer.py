@@ -5,6 +5,7 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
 
 import contextlib
+import dataclasses
 import json
 import math
 import sys
@@ -14,7 +15,8 @@ import jax
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import continued, data, fileio, flops, metrics as metrics_lib, preemption, report, sharding
+from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
+                         report, sharding)
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -22,6 +24,8 @@ from electra_jax.train_step import Pretraining
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
+_DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
+             for section, cls in (('model', config_lib.ModelConfig), ('data', data.DataConfig))}
 
 
 class TrainingError(RuntimeError):
@@ -36,6 +40,8 @@ def _check_resume_config(workdir, config_dict: dict):
   saved = json.loads(path.read_text())
   for section in FROZEN_ON_RESUME:
     old, new = saved.get(section), json.loads(json.dumps(config_dict.get(section)))
+    # A key added since the run started (absent from its config.json) is unchanged if it has its default value.
+    old.update({k: _DEFAULTS[section][k] for k in set(new) - set(old) if k in _DEFAULTS[section]})
     if old != new:
       changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
       raise config_lib.ConfigError(
@@ -83,9 +89,12 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   mesh = sharding.make_mesh(c.mesh)
   sharding.check_batch(mesh, c.mesh.rules, c.batch_size, c.grad_accum_steps)
   run = Pretraining(c, tokenizer.special, mesh)
-  examples = data.load_examples(data_config, tokenizer, seed=c.seed)
+  examples = data.load_examples(data_config, tokenizer, seed=c.seed, process_index=jax.process_index(),
+                                process_count=jax.process_count())
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
+  evaluator = evaluation.Evaluator(run, data.load_eval_examples(data_config, tokenizer, seed=c.seed) if c.eval_every
+                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
   if (workdir / 'checkpoints').is_dir():
     _check_resume_config(workdir, config_dict)
 
@@ -129,6 +138,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   total, previous, last = None, None, {}
   log_start, log_step = time.time(), start
   step = start
+  profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
   try:
     with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
       while step < end:
@@ -140,6 +150,9 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         _check_finite(previous, step - 1)
         previous = step_metrics
         progress.update(1)
+        profiler.after_step(step, state)
+        evaluated = evaluator(step, state)
+        log_start += evaluated.get('eval_seconds', 0.0)  # tokens_per_second counts training time only
         stopping = stop.should_stop(step - start)
         if step % c.log_every == 0 or step == end:
           _check_finite(previous, step)
@@ -147,10 +160,13 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           elapsed = time.time() - log_start
           last['tokens_per_second'] = (step - log_step) * c.batch_size * c.data.max_seq_length / elapsed
           last['train_flops'] = step * step_flops
+          last.update(evaluated)
           writer.write(step, last)
           progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
                                 if k in last}, refresh=False)
           total, log_start, log_step = None, time.time(), step
+        elif evaluated:
+          writer.write(step, evaluated)
         if step % c.checkpoint_every == 0 or step in c.save_steps or step == end or stopping:
           _check_finite(previous, step)
           checkpointer.save(step, state, batches.get_state())
@@ -165,6 +181,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
                         'resumes from the newest one') from None
   finally:
+    profiler.close()
     progress.close()
     with contextlib.suppress(OSError):  # already reported above, if it failed
       writer.close()

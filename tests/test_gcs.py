@@ -80,13 +80,49 @@ def built(tmp_path_factory, corpus_file):
   return str(directory), tokenizer
 
 
+def test_each_process_copies_and_reads_only_its_own_shards(built, gcs_dir, tmp_path):
+  """Two processes on a gs:// built dataset: process p copies shards p, p+2, ... alone, reads only their examples in
+  an order of its own that resumes exactly, and a checkpoint of that order is refused on another process count."""
+  directory, tokenizer = built
+  upload(directory, gcs_dir)
+  whole = data.load_examples(data.DataConfig(source=directory, max_seq_length=32), tokenizer)
+  shards = whole.metadata['shards']
+  assert len(shards) >= 4
+  for p in range(2):
+    cache = str(tmp_path / f'host{p}')
+    config = data.DataConfig(source=gcs_dir, max_seq_length=32, cache_dir=cache)
+    examples = data.load_examples(config, tokenizer, process_index=p, process_count=2)
+    copied = sorted(f for f in os.listdir(fileio.cache_path(cache, gcs_dir)) if f.endswith('.array_record'))
+    assert copied == [shards[i]['file'] for i in range(p, len(shards), 2)]
+    own = np.concatenate([np.arange(whole.starts[i], whole.starts[i + 1]) for i in range(p, len(shards), 2)])
+    np.testing.assert_array_equal(examples.read(np.arange(len(examples)))[0], whole.read(own)[0])
+
+    batches = data.BatchIterator(examples, tokenizer.special, batch_size=8, seed=0, process_index=p, process_count=2)
+    seen = np.concatenate([next(batches)['input_ids'] for _ in range(3)])
+    assert seen.shape == (12, 32)
+    own_rows = {row.tobytes() for row in whole.read(own)[0]}
+    assert all(row.tobytes() in own_rows for row in seen)
+    state = json.loads(json.dumps(batches.get_state()))  # as a checkpoint stores it
+    expected = next(batches)
+    resumed = data.BatchIterator(examples, tokenizer.special, batch_size=8, seed=0, process_index=p,
+                                 process_count=2)
+    resumed.set_state(state)
+    np.testing.assert_array_equal(next(resumed)['input_ids'], expected['input_ids'])
+    everything = data.BatchIterator(whole, tokenizer.special, batch_size=8, seed=0)
+    with pytest.raises(DataError, match='each of 2 processes reading its own shards of the built data.source, but '
+                       'this run has every process reading from the whole'):
+      everything.set_state(state)
+
+
 def test_built_shards_are_read_from_a_verified_local_copy(built, gcs_dir, tmp_path, capsys):
   directory, tokenizer = built
   upload(directory, gcs_dir)
   config = data.DataConfig(source=gcs_dir, max_seq_length=32, cache_dir=str(tmp_path))
   assert data.load_tokenizer(config).fingerprint == tokenizer.fingerprint
-  assert 'copying' in capsys.readouterr().err
+  assert 'copying 3 file(s)' in capsys.readouterr().err  # the metadata and the tokenizer, no shard
   examples = data.load_examples(config, tokenizer)
+  assert f'copying {len(examples.metadata["shards"])} file(s)' in capsys.readouterr().err
+  data.load_examples(config, tokenizer)
   assert 'copying' not in capsys.readouterr().err  # the copy is reused
   local = data.load_examples(data.DataConfig(source=directory, max_seq_length=32), tokenizer)
   assert len(local.metadata['shards']) > 1

@@ -6,7 +6,7 @@ or gs://. Text sources are packed in memory on first use; that and any tokenizer
 `data.cache_dir`, keyed by the source (file names, sizes, contents) and the settings, so a second run starts at
 once. Large corpora are built once instead (build.py), in parallel, into ArrayRecord shards the loader reads on
 demand; shards on gs:// are read from a verified local copy in `data.cache_dir` (array_record opens local files
-only).
+only), of this process's share of them when several processes train (`load_examples`).
 """
 
 import dataclasses
@@ -20,13 +20,14 @@ from electra_jax import fileio, report
 from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
+from electra_jax.data import split as split_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.corpus import DataError
 from electra_jax.data.loader import BatchIterator
 from electra_jax.data.tokenizer import Tokenizer
 
 __all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokenizer', 'load_examples',
-           'open_source']
+           'load_eval_examples', 'open_source']
 
 TOKENIZER_SAMPLE_LINES = 2_000_000
 
@@ -44,11 +45,17 @@ class DataConfig:
   tfds_split: str = 'train'
   tfds_data_dir: str = ''
   cache_dir: str = ''
+  eval_fraction: float = 0.0
+  eval_source: str = ''
 
   def __post_init__(self):
     if self.tokenizer_type not in tokenizer_lib.TYPES:
       raise DataError(f'data.tokenizer_type must be one of {", ".join(tokenizer_lib.TYPES)}, '
                       f'got {self.tokenizer_type!r}')
+    if not 0 <= self.eval_fraction < 1:
+      raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
+    if self.eval_fraction and self.eval_source:
+      raise DataError('data.eval_fraction and data.eval_source both name held-out text; set one of them')
 
 
 def cache_dir(config: DataConfig) -> str:
@@ -70,14 +77,16 @@ def open_source(config: DataConfig) -> corpus.TextFiles | corpus.TfdsText:
                             tfds_data_dir=config.tfds_data_dir, cache_dir=cache_dir(config))
 
 
-def built_directory(config: DataConfig) -> str:
-  """The built `data.source` as a local directory: itself, or for gs:// a verified copy in the cache."""
+def built_directory(config: DataConfig, shards: list[int] | None = None) -> str:
+  """The built `data.source` as a local directory: itself, or for gs:// a verified copy in the cache of its
+  metadata, its tokenizer and the shards numbered `shards` (None: all)."""
   if not fileio.is_remote(config.source):
     return os.path.expanduser(config.source)
   metadata = examples_lib.read_metadata(config.source)
   names = [examples_lib.METADATA, tokenizer_lib.CONFIG_FILE, metadata['tokenizer']['file']]
+  shards = range(len(metadata['shards'])) if shards is None else shards
   try:
-    return fileio.local_copy(config.source, names + [shard['file'] for shard in metadata['shards']],
+    return fileio.local_copy(config.source, names + [metadata['shards'][i]['file'] for i in shards],
                              cache_dir(config))
   except OSError as e:
     raise DataError(f'cannot copy the built dataset {config.source} to the local cache: '
@@ -89,7 +98,7 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   if config.tokenizer:
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):
-    return tokenizer_lib.load(built_directory(config))
+    return tokenizer_lib.load(built_directory(config, shards=[]))
   source = open_source(config)
   key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
@@ -102,14 +111,42 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
                                max_sentences=TOKENIZER_SAMPLE_LINES)
 
 
-def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
-  """The packed examples of `data.source`: a built directory's shards, or text packed in memory (cached .npz).
+def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0, *, process_index: int = 0,
+                  process_count: int = 1):
+  """The packed training examples of `data.source`: a built directory's shards, or text packed in memory (cached
+  .npz), without the documents `data.eval_fraction` holds out.
 
   Returns a store with `len()`, `max_length` and `read(indices)` for `BatchIterator`. `seed` drives the packing
-  of text sources; a built directory was packed with the seed given to `build`.
+  of text sources; a built directory was packed with the seed given to `build`. A built directory on gs:// read by
+  several processes gives each only its own shards (`examples.host_shards`; the store's `host_part` is then
+  (process_index, process_count)), so that each host copies only those to its disk.
   """
+  return _load_examples(config, tokenizer, seed, split='train' if config.eval_fraction else '',
+                        part=(process_index, process_count) if fileio.is_remote(config.source) else (0, 1))
+
+
+def load_eval_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
+  """The held-out examples: those of `data.eval_source` (anything `data.source` accepts), or those of the documents
+  `data.eval_fraction` holds out of `data.source`; None when neither is set."""
+  if config.eval_source:
+    eval_config = dataclasses.replace(config, source=config.eval_source, eval_source='', eval_fraction=0.0)
+    return _load_examples(eval_config, tokenizer, seed, split='')
+  if config.eval_fraction:
+    return _load_examples(config, tokenizer, seed, split='eval')
+  return None
+
+
+def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: str, part=(0, 1)):
+  """The examples of `config.source`, of one side of its held-out split when `split` is 'train' or 'eval'; of a
+  built source, process part[0]'s share of its shards among part[1] processes."""
   if examples_lib.is_built(config.source):
-    built = examples_lib.ArrayRecordExamples(built_directory(config))
+    if split:
+      raise DataError(f'data.eval_fraction holds documents out when text is packed, but data.source='
+                      f'{config.source} was built (packed) already; give the held-out text as data.eval_source '
+                      '(text files, tfds: or another built directory) and leave data.eval_fraction at 0')
+    shards = examples_lib.host_shards(len(examples_lib.read_metadata(config.source)['shards']), *part)
+    built = examples_lib.ArrayRecordExamples(built_directory(config, shards), shards)
+    built.host_part = None if shards is None else part
     metadata = built.metadata
     if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
       raise DataError(f'{config.source} was built with another tokenizer than {tokenizer.model_file} '
@@ -121,6 +158,8 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                       f'build --max_seq_length={config.max_seq_length}`')
     return built
   source = open_source(config)
+  if split:
+    source = split_lib.DocumentSplit(source, config.eval_fraction, split)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
                      build_lib.CHUNK_CHARS)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
@@ -130,8 +169,14 @@ def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
                                            cached['segment_ids'].astype(np.int32))
   with report.stage(f'packing {source} into examples of {config.max_seq_length} tokens (once: cached in {path})',
                     done='packed'):
-    examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
-                                        progress=report.is_chief())
+    try:
+      examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
+                                          progress=report.is_chief())
+    except DataError:
+      if split != 'eval':
+        raise
+      raise DataError(f'data.eval_fraction={config.eval_fraction} holds out no document of {source.source}; raise '
+                      'it, or give held-out text as data.eval_source') from None
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with fileio.atomic_writer(path) as f:
     np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),

@@ -72,16 +72,19 @@ class InMemoryExamples:
 
 
 class ArrayRecordExamples:
-  """The examples of a built directory, read on demand from its ArrayRecord shards."""
+  """The examples of a built directory, read on demand from its ArrayRecord shards: all of them, or those of the
+  shards numbered `shards` (one host's share, see `host_shards`), in that order."""
+  host_part = None  # (process index, process count) when the store is one host's share of the shards
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: str, shards: list[int] | None = None):
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
     self.directory = os.path.expanduser(directory)
     self.metadata = read_metadata(self.directory)
     self.max_length = self.metadata['max_seq_length']
     self.ids_dtype = np.dtype(self.metadata['ids_dtype'])
+    self.shards = list(range(len(self.metadata['shards']))) if shards is None else list(shards)
     self.readers, sizes = [], []
-    for shard in self.metadata['shards']:
+    for shard in [self.metadata['shards'][i] for i in self.shards]:
       path = os.path.join(self.directory, shard['file'])
       if not os.path.exists(path):
         raise DataError(f'{path} is missing: the built dataset {self.directory} is incomplete; rebuild it')
@@ -96,16 +99,20 @@ class ArrayRecordExamples:
       sizes.append(shard['examples'])
     self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     self.record_bytes = self.max_length * (self.ids_dtype.itemsize + 1)
-    # What the examples are: the shards' checksums (counts and names for older builds) and how they were made.
+    # What the examples are: the shards' checksums (counts and names for older builds) and how they were made, for
+    # the whole dataset (not only the shards this store reads).
     self.fingerprint = hashlib.sha256(json.dumps(
         [self.metadata['shards'], self.metadata['tokenizer']['fingerprint'], self.max_length]).encode()).hexdigest()
+    # Of the whole dataset, whatever share this store reads: what a checkpoint's data position is checked against
+    # (every process restores the one process 0 saved).
+    self.dataset_size = sum(shard['examples'] for shard in self.metadata['shards'])
 
   def __len__(self) -> int:
     return int(self.starts[-1])
 
   def verify(self):
     """Raises DataError unless every shard's sha256 is the one recorded when it was built (reads them all)."""
-    for shard in self.metadata['shards']:
+    for shard in [self.metadata['shards'][i] for i in self.shards]:
       path = os.path.join(self.directory, shard['file'])
       if 'sha256' in shard and fileio.sha256(path) != shard['sha256']:
         raise DataError(f'{path} is not the file that was built (its sha256 differs): the built dataset '
@@ -118,18 +125,27 @@ class ArrayRecordExamples:
     for shard in np.unique(shards):
       rows = np.flatnonzero(shards == shard)
       positions = (indices[rows] - self.starts[shard]).tolist()
+      name = self.metadata['shards'][self.shards[shard]]['file']
       try:
         read = self.readers[shard].read(positions)
       except Exception as e:  # array_record raises RuntimeError and others for a damaged file
-        raise DataError(f'reading {self.metadata["shards"][shard]["file"]} in {self.directory} failed ({e}): the '
+        raise DataError(f'reading {name} in {self.directory} failed ({e}): the '
                         'built dataset changed or was damaged while in use; restore or rebuild it') from None
       for row, record in zip(rows, read):
         if len(record) != self.record_bytes:  # a shard truncated or rewritten while we read it
-          raise DataError(f'{self.metadata["shards"][shard]["file"]} in {self.directory} returned a record of '
+          raise DataError(f'{name} in {self.directory} returned a record of '
                           f'{len(record)} bytes, not {self.record_bytes}: the built dataset changed or was damaged '
                           'while in use. Restore it (or rebuild it and start a new --workdir)')
         records[row] = record
     return decode_records(records, self.max_length, self.ids_dtype)
+
+
+def host_shards(num_shards: int, process_index: int, process_count: int) -> list[int] | None:
+  """The shards process `process_index` of `process_count` reads: every process_count-th from its own index; None
+  (all, in the global order) for one process, or when there are fewer shards than processes."""
+  if process_count == 1 or num_shards < process_count:
+    return None
+  return list(range(process_index, num_shards, process_count))
 
 
 def encode_records(input_ids: np.ndarray, segment_ids: np.ndarray, ids_dtype: np.dtype) -> list[bytes]:

@@ -7,6 +7,11 @@ batches of the processes partition each global batch and each process reads only
 saved with every checkpoint is grain's ({'next_index': batches consumed}) plus the number and a fingerprint of the
 examples as a check, so a resumed run sees exactly the batches an uninterrupted one would, or is refused. In-memory
 and on-disk examples (examples.py) go through the same pipeline: the same examples and seed give the same batches.
+
+A store that holds one host's share of a built dataset's shards (`host_part` = (p, P): a gs:// dataset read by P
+processes, each copying only its own shards) is read by that process alone: its own permutation of its own
+examples (seeded by seed and p), B/P of them per batch. The order then depends on P, so the state records P and a
+checkpoint resumes only on as many processes.
 """
 
 import hashlib
@@ -17,9 +22,10 @@ from electra_jax.data.corpus import DataError
 from electra_jax.masking import SpecialIds
 
 
-def shuffle_seed(seed: int) -> int:
+def shuffle_seed(seed: int, host: int | None = None) -> int:
   """A 32-bit grain shuffle seed; hashed because grain uses seed + epoch, which would make run s+1 replay run s."""
-  return int.from_bytes(hashlib.sha256(f'electra_jax.loader:{seed}'.encode()).digest()[:4], 'little')
+  name = f'electra_jax.loader:{seed}' + ('' if host is None else f':host{host}')
+  return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], 'little')
 
 
 class BatchIterator:
@@ -35,21 +41,28 @@ class BatchIterator:
     import grain  # pylint: disable=g-import-not-at-top
     if batch_size % process_count:
       raise DataError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
-    if len(examples) < batch_size:
+    self.host_part = getattr(examples, 'host_part', None)
+    if len(examples) < (batch_size // process_count if self.host_part else batch_size):
       raise DataError(f'the corpus packs into {len(examples)} examples, fewer than one batch of {batch_size}; '
                        'give more text or lower batch_size')
     self.examples, self.special = examples, special
     self.batch_size, self.seed = batch_size, seed
-    dataset = (grain.MapDataset.range(len(examples))
-               .shuffle(seed=shuffle_seed(seed))
-               .repeat()
-               # Global batch k is examples [k * batch_size, (k + 1) * batch_size) of the stream, and process p
-               # holds its p-th contiguous block, as sharding.global_batch lays them out: every process count
-               # trains on the same global batches, row for row, and a checkpoint's position (batches taken)
-               # means the same under any process count.
-               .batch(batch_size // process_count, batch_fn=np.asarray)
-               [process_index::process_count]
-               .map(self._read))
+    if self.host_part is None:
+      dataset = (grain.MapDataset.range(len(examples))
+                 .shuffle(seed=shuffle_seed(seed))
+                 .repeat()
+                 # Global batch k is examples [k * batch_size, (k + 1) * batch_size) of the stream, and process p
+                 # holds its p-th contiguous block, as sharding.global_batch lays them out: every process count
+                 # trains on the same global batches, row for row, and a checkpoint's position (batches taken)
+                 # means the same under any process count.
+                 .batch(batch_size // process_count, batch_fn=np.asarray)
+                 [process_index::process_count])
+    else:  # this process's own shards, in an order of its own (another process count is refused on resume)
+      if self.host_part != (process_index, process_count):
+        raise ValueError(f'the examples of process {self.host_part} given to process {process_index, process_count}')
+      dataset = (grain.MapDataset.range(len(examples)).shuffle(seed=shuffle_seed(seed, process_index)).repeat()
+                 .batch(batch_size // process_count, batch_fn=np.asarray))
+    dataset = dataset.map(self._read)
     options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
     self._iterator = iter(dataset.to_iter_dataset(options))
 
@@ -64,10 +77,17 @@ class BatchIterator:
   def __next__(self) -> dict[str, np.ndarray]:
     return next(self._iterator)
 
+  def _dataset_size(self) -> int:
+    """Examples in the whole dataset (a store of one host's shards holds fewer)."""
+    return getattr(self.examples, 'dataset_size', len(self.examples))
+
   def get_state(self) -> dict:
     """JSON-serialisable position: grain's iterator state, and the number and fingerprint of the examples."""
-    return {'grain': self._iterator.get_state(), 'num_examples': len(self.examples),
-            'examples': self.examples.fingerprint}
+    state = {'grain': self._iterator.get_state(), 'num_examples': self._dataset_size(),
+             'examples': self.examples.fingerprint}
+    if self.host_part is not None:
+      state['host_shards_of'] = self.host_part[1]
+    return state
 
   def set_state(self, state: dict):
     if not state:  # an import's step 0 (electra_jax.convert): no data read yet, start at the beginning
@@ -75,11 +95,22 @@ class BatchIterator:
     if 'grain' not in state:
       raise DataError(f'the checkpoint holds a data position {state} from an older loader; resume it with the '
                       'electra_jax version that wrote it, or start a new --workdir')
-    if state['num_examples'] != len(self.examples):
+    saved, now = state.get('host_shards_of'), None if self.host_part is None else self.host_part[1]
+    if saved != now:
+      raise DataError(f'the checkpoint was written with {_reading(saved)}, but this run has {_reading(now)}: the '
+                      'examples would come in another order. Resume it on the number of processes (and with the '
+                      'data.source) it was written with, or start a new --workdir')
+    if state['num_examples'] != self._dataset_size():
       raise DataError(f'the checkpoint was written while data.source packed into {state["num_examples"]} examples, '
-                      f'but it now packs into {len(self.examples)}: the corpus changed. Restore it, or start a '
+                      f'but it now packs into {self._dataset_size()}: the corpus changed. Restore it, or start a '
                       'new --workdir')
     if state.get('examples', self.examples.fingerprint) != self.examples.fingerprint:  # older checkpoints lack it
       raise DataError('the checkpoint was written on other examples than data.source now gives (its text or the '
                       'built dataset changed, though not its size). Restore it, or start a new --workdir')
     self._iterator.set_state(state['grain'])
+
+
+def _reading(processes: int | None) -> str:
+  if processes:
+    return f'each of {processes} processes reading its own shards of the built data.source'
+  return 'every process reading from the whole of data.source'

@@ -1,0 +1,178 @@
+"""Held-out evaluation: the split keeps held-out documents out of training, the eval metrics are logged every
+eval_every steps on the same batches, the AUC estimate; and the profiler hook writes a trace."""
+
+import glob
+import json
+import os
+import random
+import re
+
+import numpy as np
+import pytest
+
+from configs import default
+from electra_jax import config as config_lib, data, evaluation, sharding, trainer
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.data import split as split_lib
+from electra_jax.train_step import Pretraining
+from conftest import WORDS, override  # pylint: disable=g-bad-import-order
+
+pytestmark = pytest.mark.usefixtures('compile_once')
+
+
+def tiny_config(source, cache_dir, **overrides):
+  config = default.get_config()
+  config.train_steps = 6
+  config.batch_size = 8
+  config.log_every = 2
+  config.checkpoint_every = 6
+  config.eval_every = 3
+  config.eval_batches = 2
+  config.data.update(source=source, vocab_size=64, max_seq_length=32, cache_dir=cache_dir, eval_fraction=0.2)
+  config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                      generator_hidden_fraction=0.5, max_position_embeddings=64)
+  config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
+  config.mesh.shape = (1, 1, 1)
+  return override(config, overrides)
+
+
+def marker(document: int) -> str:
+  """A word naming `document`: 'mark' and its number as three letters (a-j), so a cut-off marker matches none."""
+  return 'mark' + ''.join('abcdefghij'[int(d)] for d in f'{document:03d}')
+
+
+MARKER = re.compile(r'mark([a-j]{3})\b')
+
+
+def test_held_out_documents_are_never_trained_on(tmp_path, cache_dir):
+  """Every sentence of document d starts with its marker word: the decoded training examples must hold markers of
+  kept documents only, the held-out examples markers of held-out documents only."""
+  rng = random.Random(0)
+  documents = [[f'{marker(d)} ' + ' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + '.'
+                for _ in range(rng.randint(2, 6))] for d in range(150)]
+  corpus = tmp_path / 'marked.txt'
+  corpus.write_text('\n\n'.join('\n'.join(document) for document in documents) + '\n')
+  config = data.DataConfig(source=str(corpus), vocab_size=80, max_seq_length=32, cache_dir=cache_dir,
+                           eval_fraction=0.2)
+  held_out = {marker(d) for d, document in enumerate(documents) if split_lib.held_out(document, 0.2)}
+  assert 15 < len(held_out) < 45  # about 30 of 150
+
+  tokenizer = data.load_tokenizer(config)
+
+  def markers(examples) -> set[str]:
+    input_ids, _ = examples.read(np.arange(len(examples)))
+    found = set()
+    for ids in input_ids:
+      found.update('mark' + m for m in MARKER.findall(tokenizer.decode([i for i in ids if i > 4])))
+    return found
+
+  trained, evaluated = markers(data.load_examples(config, tokenizer)), markers(data.load_eval_examples(config, tokenizer))
+  assert not trained & held_out
+  assert evaluated <= held_out and len(evaluated) > 0.9 * len(held_out)
+  assert len(trained) > 0.9 * (150 - len(held_out))
+  # Without a held-out fraction every document is trained on; the two sides are cached apart from the whole.
+  whole = data.DataConfig(source=str(corpus), vocab_size=80, max_seq_length=32, cache_dir=cache_dir)
+  assert markers(data.load_examples(whole, tokenizer)) >= held_out
+  assert data.load_eval_examples(whole, tokenizer) is None
+
+
+def test_held_out_choice_depends_on_the_text_alone():
+  rng = random.Random(1)
+  documents = [[' '.join(rng.choice(WORDS) for _ in range(8))] for _ in range(4000)]
+  chosen = [split_lib.held_out(d, 0.1) for d in documents]
+  assert 0.08 < np.mean(chosen) < 0.12
+  assert chosen == [split_lib.held_out(list(d), 0.1) for d in documents]  # a copy, elsewhere: the same side
+  assert all(split_lib.held_out(d, 0.2) for d, c in zip(documents, chosen) if c)  # a larger fraction adds to it
+
+
+def test_eval_source_and_bad_settings(tmp_path, corpus_file, cache_dir):
+  other = tmp_path / 'other.txt'
+  other.write_text('\n\n'.join(f'{marker(d)} the cat sat on the mat.' for d in range(40)) + '\n')
+  config = data.DataConfig(source=corpus_file, vocab_size=64, max_seq_length=32, cache_dir=cache_dir,
+                           eval_source=str(other))
+  tokenizer = data.load_tokenizer(config)
+  held = data.load_eval_examples(config, tokenizer)
+  assert len(held) == len(data.load_examples(data.DataConfig(source=str(other), vocab_size=64, max_seq_length=32,
+                                                             cache_dir=cache_dir), tokenizer))
+  with pytest.raises(data.DataError, match='set one of them'):
+    data.DataConfig(eval_fraction=0.1, eval_source=str(other))
+  with pytest.raises(data.DataError, match=r'eval_fraction must be in \[0, 1\)'):
+    data.DataConfig(eval_fraction=1.0)
+  values = tiny_config(corpus_file, cache_dir, **{'data.eval_fraction': 0.0}).to_dict()
+  with pytest.raises(config_lib.ConfigError, match='evaluates on held-out text, and there is none'):
+    config_lib.load(values, vocab_size=64)
+  for bad in ('10', '0,5', '5,x'):
+    with pytest.raises(config_lib.ConfigError, match="profile_steps must be 'START,COUNT'"):
+      config_lib.load(tiny_config(corpus_file, cache_dir, profile_steps=bad).to_dict(), vocab_size=64)
+
+
+def test_binned_auc_by_hand():
+  # Replaced tokens in bins 2 and 3, originals in bins 0 and 2: of the 4 pairs, 3 are ordered right and the tie
+  # in bin 2 counts one half: 3.5 / 4.
+  assert evaluation.binned_auc([0, 0, 1, 1], [1, 0, 1, 0]) == 0.875
+  assert evaluation.binned_auc([0, 0, 1], [0, 0, 0]) is None
+  # From logits: replaced {2.0, 0.5} against originals {-1.0, 3.0} (the 5.0 has weight 0, a pad): 2 of 4 pairs.
+  logits = np.array([[2.0, -1.0, 0.5, 3.0, 5.0]], np.float32)
+  counts = evaluation.logit_histograms(logits, np.array([[1, 0, 1, 0, 0]]), np.array([[1, 1, 1, 1, 0]]))
+  assert evaluation.binned_auc(*counts) == 0.5
+
+
+def test_binned_auc_is_the_exact_auc_up_to_ties_within_a_bin():
+  rng = np.random.default_rng(0)
+  labels = (rng.random((8, 64)) < 0.15).astype(np.int32)
+  logits = (rng.normal(size=(8, 64)) + 0.8 * labels - 2.0).astype(np.float32)
+  positive, negative = logits[labels == 1], logits[labels == 0]
+  exact = np.mean((positive[:, None] > negative[None]) + 0.5 * (positive[:, None] == negative[None]))
+  binned = evaluation.binned_auc(*evaluation.logit_histograms(logits, labels, np.ones_like(labels)))
+  assert abs(binned - exact) < 2e-3 and 0.6 < exact < 0.9
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    return [json.loads(line) for line in f]
+
+
+EVAL_KEYS = {'eval_loss', 'eval_gen_loss', 'eval_gen_accuracy', 'eval_disc_loss', 'eval_disc_accuracy',
+             'eval_disc_recall', 'eval_disc_auc'}
+
+
+def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file, cache_dir):
+  config = tiny_config(corpus_file, cache_dir, profile_steps='2,2')
+  trainer.train(config, tmp_path)
+  logs = read_metrics(tmp_path)
+  # Step 3 is an evaluation but no log step: a line of its own; step 6 (eval and log) is one line.
+  assert [m['step'] for m in logs] == [2, 3, 4, 6]
+  assert [m['step'] for m in logs if EVAL_KEYS <= set(m)] == [3, 6]
+  assert 'loss' not in logs[1] and 'loss' in logs[3]
+  assert 0.5 < logs[3]['eval_disc_auc'] <= 1 and 0 <= logs[3]['eval_gen_accuracy'] <= 1
+
+  # The final state, evaluated twice more from its checkpoint: the same numbers as the run logged at step 6.
+  c = config_lib.load(config, vocab_size=64)
+  tokenizer = data.load_tokenizer(c.data)
+  run = Pretraining(c, tokenizer.special, sharding.make_mesh(c.mesh))
+  checkpointer = Checkpointer(tmp_path)
+  _, state, _ = checkpointer.restore_latest(run.abstract_state())
+  checkpointer.close()
+  evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer), every=3, num_batches=2,
+                                   last_step=6)
+  first, second = evaluator.evaluate(state), evaluator.evaluate(state)
+  assert first == second
+  for key in EVAL_KEYS:
+    np.testing.assert_allclose(first[key], logs[3][key], rtol=1e-6, err_msg=key)
+
+  # profile_steps='2,2' traced steps 2 and 3 into the TensorBoard directory, where the profile plugin looks.
+  traces = glob.glob(str(tmp_path / 'tensorboard' / 'plugins' / 'profile' / '*' / '*.xplane.pb'))
+  assert len(traces) == 1 and os.path.getsize(traces[0]) > 1000
+
+
+def test_a_run_from_before_the_held_out_keys_resumes(tmp_path, corpus_file, cache_dir):
+  """A workdir whose config.json predates data.eval_fraction/eval_source resumes when they keep their defaults,
+  and is refused when they would change the training examples."""
+  values = tiny_config(corpus_file, cache_dir, eval_every=0, **{'data.eval_fraction': 0.0}).to_dict()
+  saved = json.loads(json.dumps(values))
+  del saved['data']['eval_fraction'], saved['data']['eval_source']
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
+  values['data']['eval_fraction'] = 0.1
+  with pytest.raises(config_lib.ConfigError, match=r'different data settings \(data.eval_fraction\)'):
+    trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
