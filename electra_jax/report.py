@@ -16,7 +16,14 @@ SUMMARY_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accurac
 
 
 def is_chief() -> bool:
-  return jax.process_index() == 0
+  """Whether this is process 0 (or the only process). Read from jax.distributed's state rather than
+  jax.process_index(), which would start JAX's backend and claim the accelerators: the data command line, which
+  needs none, announces its stages too."""
+  try:
+    from jax._src import distributed  # pylint: disable=g-import-not-at-top
+    return distributed.global_state.process_id == 0
+  except (ImportError, AttributeError):  # another jax: ask it
+    return jax.process_index() == 0
 
 
 def log(message: str):
