@@ -10,13 +10,21 @@ import time
 
 import jax
 
+clock = time.perf_counter  # what stages are timed with (a test replaces it)
 # The metrics a summary shows, in this order, when the run logged them.
 SUMMARY_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy',
                    'disc_precision', 'disc_recall', 'disc_prob_replaced', 'disc_prob_original', 'replaced_fraction')
 
 
 def is_chief() -> bool:
-  return jax.process_index() == 0
+  """Whether this is process 0 (or the only process). Read from jax.distributed's state rather than
+  jax.process_index(), which would start JAX's backend and claim the accelerators: the data command line, which
+  needs none, announces its stages too."""
+  try:
+    from jax._src import distributed  # pylint: disable=g-import-not-at-top
+    return distributed.global_state.process_id == 0
+  except (ImportError, AttributeError):  # another jax: ask it
+    return jax.process_index() == 0
 
 
 def log(message: str):
@@ -29,10 +37,10 @@ def log(message: str):
 def stage(doing: str, done: str = 'done'):
   """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why."""
   log(f'{doing}...')
-  start = time.perf_counter()
+  start = clock()
   note = []  # the block may add words to the done line
   yield note
-  log(f'{done} in {time.perf_counter() - start:.1f} s{"".join(note)}')
+  log(f'{done} in {clock() - start:.1f} s{"".join(note)}')
 
 
 CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program

@@ -42,11 +42,13 @@ def train_tokenizer(args):
     raise data.DataError(f'{args.output} already exists; pass --overwrite to replace it, or choose another --output')
   config = _config(args)
   source = data.open_source(config)
-  _log(f'training a {args.type} tokenizer of {args.vocab_size} tokens on {source}')
+  _log(f'training a {args.type} tokenizer of {args.vocab_size} tokens on {source}...')
+  started = time.time()
   tokenizer = tokenizer_lib.train(source.lines(data.TOKENIZER_SAMPLE_LINES), args.output,
                                   vocab_size=args.vocab_size, kind=args.type, lowercase=config.lowercase,
                                   max_sentences=data.TOKENIZER_SAMPLE_LINES)
-  print(f'wrote {tokenizer.model_file} ({tokenizer.vocab_size} tokens, special ids {tokenizer.special})')
+  print(f'wrote {tokenizer.model_file} ({tokenizer.vocab_size} tokens, special ids {tokenizer.special}) in '
+        f'{time.time() - started:.1f} s')
 
 
 def build(args):
