@@ -42,8 +42,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['config'])
-  # orbax's barriers between processes (checkpoint manager, saves) through the coordination service, which waits up
-  # to 300 s, rather than through a collective: on CPU, gloo gives up after 30 s, less than hosts that load data at
-  # different speeds may be apart. Only multi-process runs have barriers.
-  flags.FLAGS.set_default('experimental_orbax_use_distributed_barrier', True)
   app.run(main, flags_parser=cli.flags_parser)

@@ -112,17 +112,17 @@ def completed(workdir, processes: int, corpus: str, *flags: str) -> Run:
   return run
 
 
-def stop_with_signals(run: Run, signals: dict[int, int], when) -> list[int]:
+def stop_with_signals(run: Run, signals: dict[int, int], when, within: float = STOP_WITHIN) -> list[int]:
   """Sends {process: signal} once `when()` holds; returns the step each process says it saved.
 
-  Every process must exit with status 0 within STOP_WITHIN seconds and print the one 'checkpoint saved' line.
+  Every process must exit with status 0 within `within` seconds and print the one 'checkpoint saved' line.
   """
   run.wait_for(when)
   for i, sig in signals.items():
     run.procs[i].send_signal(sig)
   sent = time.time()
-  codes = run.finish(STOP_WITHIN)
-  assert time.time() - sent < STOP_WITHIN
+  codes = run.finish(within)
+  assert time.time() - sent < within
   assert codes == [0] * len(run.procs), run.tails()
   saved = []
   for i in range(len(run.procs)):
@@ -191,9 +191,10 @@ def test_signals_to_all_then_resume_on_one_process(tmp_path, corpus, one_process
 
 
 def test_four_processes_sigterm_during_the_first_compile_then_resume_on_two(tmp_path, corpus, one_process):
-  """SIGTERM to process 2 while the first step compiles: the stop step is the first one."""
+  """SIGTERM to process 2 while the first step compiles: the stop step is the first one (the processes stop once
+  it is compiled and run: four compiles at once on two loaded cores take minutes, not STOP_WITHIN)."""
   run = Run(tmp_path / 'run', 4, corpus)
-  saved = stop_with_signals(run, {2: signal.SIGTERM}, lambda: 'FLOPs per step' in run.output(0))
+  saved = stop_with_signals(run, {2: signal.SIGTERM}, lambda: 'FLOPs per step' in run.output(0), within=TIMEOUT)
   assert saved == [1] * 4
   assert step_dirs(run.workdir) == ([1], [])
   completed(tmp_path / 'run', 2, corpus)
