@@ -15,7 +15,6 @@ Text that spells a special token ("[MASK]") is that token, as in transformers' o
 SentencePiece tokenizer of ours reads it as the pieces of "[mask]" instead.
 """
 
-import json
 
 import tokenizers
 from tokenizers import decoders, normalizers, pre_tokenizers, processors

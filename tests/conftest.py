@@ -23,6 +23,8 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
+from configs import default  # pylint: disable=g-bad-import-order
+
 WORDS = ('the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank '
          'water food then quickly slowly happy sad man woman child old young walked over near far').split()
 
@@ -129,6 +131,22 @@ def override(config, overrides: dict, sep: str = '.'):
       node = node[part]
     node[key] = value
   return config
+
+
+def tiny_pretraining_config(source, cache_dir, **overrides):
+  """The tests' tiny pre-training run (2 layers, H=32, 32-token sequences, 8 steps, one device); `overrides` are
+  dotted keys (`**{'data.eval_fraction': 0.2}`)."""
+  config = default.get_config()
+  config.train_steps = 8
+  config.batch_size = 8
+  config.log_every = 1
+  config.checkpoint_every = 4
+  config.data.update(source=source, vocab_size=64, max_seq_length=32, cache_dir=cache_dir)
+  config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                      generator_hidden_fraction=0.5, max_position_embeddings=64)
+  config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
+  config.mesh.shape = (1, 1, 1)  # one device: equivalence across meshes is tests/test_sharding.py's subject
+  return override(config, overrides)
 
 
 GCS_BUCKET = 'electra-test'

@@ -10,30 +10,19 @@ import re
 import numpy as np
 import pytest
 
-from configs import default
 from electra_jax import config as config_lib, data, evaluation, sharding, trainer
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import split as split_lib
 from electra_jax.train_step import Pretraining
-from conftest import WORDS, override  # pylint: disable=g-bad-import-order
+from conftest import WORDS, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.usefixtures('compile_once')
 
 
 def tiny_config(source, cache_dir, **overrides):
-  config = default.get_config()
-  config.train_steps = 6
-  config.batch_size = 8
-  config.log_every = 2
-  config.checkpoint_every = 6
-  config.eval_every = 3
-  config.eval_batches = 2
-  config.data.update(source=source, vocab_size=64, max_seq_length=32, cache_dir=cache_dir, eval_fraction=0.2)
-  config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                      generator_hidden_fraction=0.5, max_position_embeddings=64)
-  config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
-  config.mesh.shape = (1, 1, 1)
-  return override(config, overrides)
+  return tiny_pretraining_config(source, cache_dir, **{
+      'train_steps': 6, 'log_every': 2, 'checkpoint_every': 6, 'eval_every': 3, 'eval_batches': 2,
+      'data.eval_fraction': 0.2, **overrides})
 
 
 def marker(document: int) -> str:

@@ -14,28 +14,14 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import default
 from electra_jax import checkpoint, config as config_lib, data, trainer
 from electra_jax.checkpoint import Checkpointer
-from conftest import override  # pylint: disable=g-bad-import-order
+from conftest import tiny_pretraining_config as tiny_config  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
 pytestmark = pytest.mark.usefixtures('compile_once')
 
-
-def tiny_config(source, cache_dir, **overrides):
-  config = default.get_config()
-  config.train_steps = 8
-  config.batch_size = 8
-  config.log_every = 1
-  config.checkpoint_every = 4
-  config.data.update(source=source, vocab_size=64, max_seq_length=32, cache_dir=cache_dir)
-  config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                      generator_hidden_fraction=0.5, max_position_embeddings=64)
-  config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
-  config.mesh.shape = (1, 1, 1)  # one device: equivalence across meshes is tests/test_sharding.py's subject
-  return override(config, overrides)
 
 
 def read_metrics(workdir):
