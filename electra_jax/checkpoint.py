@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 
 import flax.linen as nn
 import jax
@@ -238,6 +239,9 @@ def _ignore_late_callbacks_of_failed_reads():
 
 
 _ignore_late_callbacks_of_failed_reads()
+# A write that fails (a full disk) leaves some of orbax's fragment-writing coroutines never awaited; Python reports
+# each when it collects them, at exit, after the run's one error line, which already says what failed and what to do.
+warnings.filterwarnings('ignore', message=r"coroutine '.*write_fragment' was never awaited", category=RuntimeWarning)
 
 
 class _OrbaxTracebacks(logging.Filter):
