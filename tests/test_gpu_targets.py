@@ -39,3 +39,27 @@ def test_target_config_takes_the_installed_cudnn_and_cuda_versions(monkeypatch):
 def test_without_the_cuda_plugin_the_report_says_what_to_install():
   with pytest.raises(ConfigError, match=r'pip install "jax\[cuda12\]'):
     aot.topology_devices('h100:8')
+
+
+# A one-layer model: H = E = 256, FFN 1024, a same-size generator (no embeddings_project), 1024 words, 128
+# positions, batch 16 x 128 on 2 H100s (8 rows each).
+H, F, V, L, B = 256, 1024, 1024, 128, 16
+
+
+@pytest.mark.skipif(importlib.util.find_spec('jax_cuda12_plugin') is None,
+                    reason='needs the CUDA plugin (pip install "jax[cuda12]==0.10.2", ~5 GB); not in CI')
+def test_compiles_for_two_h100s_with_the_state_and_batch_counted_by_hand():
+  """Data-parallel on `h100:2`: each GPU holds the whole state and 8 rows. Unlike a TPU, XLA:GPU pads nothing.
+
+  Parameters (as tests/test_aot.py counts them): 2,008,833 float32, three times (parameters, Adam's two moments);
+  the step and the schedule's step count (int32), the [2] uint32 random key; the batch: 3 arrays of [8, 128] int32.
+  """
+  config = tiny.get_config()
+  config.model.update(embedding_size=H, hidden_size=H, num_layers=1, num_heads=4, intermediate_size=F,
+                      generator_hidden_fraction=1.0, vocab_size=V, max_position_embeddings=L)
+  config.data.max_seq_length, config.batch_size = L, B
+  config.optimizer.bias_correction = False
+  pretraining, = aot.run(config, 'h100:2', finetune=False)
+  assert pretraining.argument_bytes == 12 * 2_008_833 + 4 + 4 + 8 + 3 * 8 * L * 4
+  assert 0 < pretraining.peak_bytes < aot.GIB and pretraining.devices == 2
+  assert 'all-reduce' in pretraining.collectives  # the gradients, summed over the two GPUs
