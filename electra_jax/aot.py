@@ -205,10 +205,15 @@ def advice(c: config_lib.TrainConfig, mesh) -> str:
   return '; '.join(steps) or 'a bigger slice (more devices for the same batch)'
 
 
+def usable_bytes(hw: Chip | gpu_targets.Gpu) -> float:
+  """What a step may use: a TPU's HBM, or on a GPU the share of it JAX's allocator preallocates."""
+  return hw.hbm_bytes * (gpu_targets.memory_fraction() if isinstance(hw, gpu_targets.Gpu) else 1.0)
+
+
 def format_report(r: Report, hw: Chip) -> str:
   if r.error:
     return f'{r.name}: DOES NOT FIT ({r.compile_seconds:.0f} s to find out). The compiler: {r.error}'
-  fits = 'fits' if r.peak_bytes <= hw.hbm_bytes else 'DOES NOT FIT'
+  fits = 'fits' if r.peak_bytes <= usable_bytes(hw) else 'DOES NOT FIT'
   lines = [f'{r.name}: compiled in {r.compile_seconds:.0f} s',
            f'  HBM per device: arguments {r.argument_bytes / GIB:.2f} GiB, temporaries {r.temp_bytes / GIB:.2f} GiB, '
            f'peak {r.peak_bytes / GIB:.2f} GiB of {hw.hbm_bytes / GIB:.0f} GiB ({r.peak_bytes / hw.hbm_bytes:.0%}): '
@@ -218,9 +223,10 @@ def format_report(r: Report, hw: Chip) -> str:
         f'  attention: {f"cuDNN fused attention ({r.fused_attention} calls)" if r.fused_attention else "not fused"}',
         f'  FLOPs per step: model {r.model_flops:.3e} (electra_jax.flops, matmuls x 3); XLA:GPU has no cost '
         'analysis, so no compiled FLOPs and NO step-time estimate (measure on a GPU: bench/step_throughput.py)',
-        '  JAX takes 75% of HBM by default; XLA_PYTHON_CLIENT_MEM_FRACTION=.9 gives it more'])
+        f'  fits means within the {usable_bytes(hw) / GIB:.1f} GiB JAX\'s allocator takes '
+        f'(XLA_PYTHON_CLIENT_MEM_FRACTION={gpu_targets.memory_fraction()}; 0.75 unless set, e.g. .95 for more)'])
   lines += [f'  FLOPs per step: compiled {r.compiled_flops * r.devices:.3e} (all devices), model {r.model_flops:.3e} '
-           f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
+            f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
   if r.loop:
     lines.append(f'  the step loops over {r.loop}: the compiler\'s cost analysis counts a loop body once, so the '
                  'compiled FLOPs above undercount and there is no step-time estimate (compile with '
@@ -256,7 +262,7 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
         flush=True)
   reports = [pretraining_report(c, mesh)]
   print(format_report(reports[0], hw), flush=True)
-  if reports[0].error or reports[0].peak_bytes > hw.hbm_bytes:
+  if reports[0].error or reports[0].peak_bytes > usable_bytes(hw):
     print(f'  to make it fit, try: {advice(c, mesh)}', flush=True)
   if finetune:
     reports.append(finetuning_report(c, cfg.mesh, mesh, batch_size=finetune_batch, length=finetune_length))

@@ -12,6 +12,7 @@ driver: `pip install "jax[cuda12]==<the jax version>"`.
 import dataclasses
 import importlib.metadata
 import importlib.util
+import os
 import re
 
 from electra_jax.config import ConfigError
@@ -55,6 +56,11 @@ def parse(topology: str) -> tuple[Gpu, int, int] | None:
     raise ConfigError(f'--topology={topology!r}: expected {name}:GPUS (one node, e.g. {name}:8) or '
                       f'{name}:NODESxGPUS (e.g. {name}:2x8, two nodes of 8)')
   return GPUS[name], int(match[1] or 1), int(match[2])
+
+
+def memory_fraction() -> float:
+  """The share of a GPU's memory JAX preallocates for arrays (its default 0.75, or XLA_PYTHON_CLIENT_MEM_FRACTION)."""
+  return float(os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION', 0.75))
 
 
 def _version(package: str) -> tuple[int, int, int]:

@@ -10,6 +10,7 @@ import pytest
 
 from configs import tiny
 from electra_jax import aot, gpu_targets
+from electra_jax.aot import GIB
 from electra_jax.config import ConfigError
 
 
@@ -63,3 +64,16 @@ def test_compiles_for_two_h100s_with_the_state_and_batch_counted_by_hand():
   assert pretraining.argument_bytes == 12 * 2_008_833 + 4 + 4 + 8 + 3 * 8 * L * 4
   assert 0 < pretraining.peak_bytes < aot.GIB and pretraining.devices == 2
   assert 'all-reduce' in pretraining.collectives  # the gradients, summed over the two GPUs
+
+
+def test_a_gpu_step_fits_in_what_jax_preallocates_not_in_the_whole_hbm(monkeypatch):
+  """JAX takes 75% of a GPU's memory unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise: 65 GiB of an H100's
+  79.1 does not fit in the default 59.3 GiB, and fits at 0.95 (75.1 GiB). XLA:GPU has no cost analysis."""
+  h100 = gpu_targets.GPUS['h100']
+  report = aot.Report('pre-training', 8, 256 * 512, 1e14, 60.0, argument_bytes=GIB, temp_bytes=64 * GIB,
+                      peak_bytes=65 * GIB, collectives='all-reduce x13')
+  monkeypatch.delenv('XLA_PYTHON_CLIENT_MEM_FRACTION', raising=False)
+  text = aot.format_report(report, h100)
+  assert 'DOES NOT FIT' in text and 'NO step-time estimate' in text and 'not fused' in text
+  monkeypatch.setenv('XLA_PYTHON_CLIENT_MEM_FRACTION', '.95')
+  assert 'DOES NOT FIT' not in aot.format_report(report, h100)
