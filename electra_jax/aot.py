@@ -145,9 +145,9 @@ def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: 
 
 def collectives(hlo: str) -> str:
   """The cross-device ops of a compiled HLO text and how many of each (async pairs counted once)."""
-  ops = re.findall(r'= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(', hlo)
+  # The op name follows the (possibly tuple) result shape: ` all-reduce(` or ` all-reduce-start(`, not `-done(`.
+  ops = re.findall(r' (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(', hlo)
   return ', '.join(f'{op} x{ops.count(op)}' for op in sorted(set(ops))) or 'none'
-
 
 
 def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
