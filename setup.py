@@ -26,5 +26,8 @@ setuptools.setup(
         # The TPU runtime and compiler, the version jax[tpu]==0.10.2 pins. On a TPU VM it runs the TPU; on any other
         # machine `python -m electra_jax.aot` uses it to compile for a TPU slice.
         'tpu': [TPU_COMPILER],
+        # The CUDA plugin and NVIDIA's CUDA/cuDNN/NCCL wheels (~5 GB): on a GPU machine they run the GPUs; on any
+        # other machine `python -m electra_jax.aot --topology=h100:8` uses them to compile for GPUs.
+        'cuda': ['jax[cuda12]==0.10.2'],
     },
 )

@@ -1,4 +1,4 @@
-"""Compile-only checks for a real TPU slice, on any machine: does a config fit, and how fast would it run?
+"""Compile-only checks for a TPU slice or GPU nodes, on any machine: does a config fit, and how fast would it run?
 
   python -m electra_jax.aot --config=configs/large.py --topology=v3:4x8 [--config.mesh.shape=8,8,1]
 
@@ -11,6 +11,11 @@ compiler's estimate, not a measurement; so are the tokens/s and MFU derived from
 Topologies are `VERSION:SHAPE` as Cloud TPU names them: v3:2x2 (v3-8, 8 cores), v3:4x4 (v3-32), v3:4x8 (v3-64),
 v4:2x2x1 (v4-8, 4 chips), v4:4x4x4 (v4-128), v5e:4x4, v5p:2x2x2, v6e:4x4. A JAX device is a v3 core, a v4/v5p
 chip (megacore) or a v5e/v6e chip, and the mesh is laid over those devices (`mesh.shape`, as in training).
+
+NVIDIA GPUs (electra_jax.gpu_targets; the CUDA plugin: `pip install "jax[cuda12]==0.10.2"`, no GPU or driver):
+h100:8 is one node of 8 H100 80 GB, h100:2x8 two such nodes, a100:8 one node of 8 A100 80 GB. XLA:GPU reports
+memory but no cost analysis, so there is no compiled FLOP count and no step-time estimate for GPUs; the report
+says whether attention compiled to cuDNN's fused kernel (`__cudnn$fmha` custom calls).
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position  (the environment must be set before jax is imported)
@@ -37,7 +42,7 @@ from jax.experimental import topologies
 from ml_collections import config_flags
 
 from configs import finetune as finetune_config
-from electra_jax import cli, config as config_lib, flops, sharding
+from electra_jax import cli, config as config_lib, flops, gpu_targets, sharding
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
@@ -66,16 +71,21 @@ CHIPS = {
 }
 
 
-def chip(topology: str) -> Chip:
+def chip(topology: str) -> Chip | gpu_targets.Gpu:
+  if gpu := gpu_targets.parse(topology):
+    return gpu[0]
   version = topology.split(':')[0]
   if version not in CHIPS or not re.fullmatch(r'[a-z0-9]+:\d+(x\d+)+', topology):
     raise ConfigError(f'--topology={topology!r}: expected VERSION:SHAPE with VERSION one of {", ".join(CHIPS)}, '
-                      'e.g. v3:4x4 (a v3-32 slice) or v4:2x2x2 (a v4-16)')
+                      'e.g. v3:4x4 (a v3-32 slice) or v4:2x2x2 (a v4-16), or GPU:N / GPU:NODESxN with GPU one of '
+                      f'{", ".join(gpu_targets.GPUS)}, e.g. h100:8 or h100:2x8')
   return CHIPS[version]
 
 
 def topology_devices(topology: str) -> list:
-  """The devices of TPU slice `topology`, described for compilation only."""
+  """The devices of TPU slice (or GPU nodes) `topology`, described for compilation only."""
+  if gpu_targets.parse(topology):
+    return gpu_targets.devices(topology)
   if importlib.util.find_spec('libtpu') is None:
     raise ConfigError('the TPU compiler is not installed: pip install -e ".[tpu]" (libtpu; no TPU needed)')
   kwargs = {'chip_config_name': 'megacore'} if chip(topology).megacore else {}
@@ -100,6 +110,8 @@ class Report:
   estimated_seconds: float = 0.0
   error: str = ''  # the compiler refused: e.g. out of memory
   loop: str = ''  # what the step loops over, if anything (the cost analysis then covers one iteration)
+  fused_attention: int = 0  # cuDNN fused-attention custom calls in the compiled program (GPU)
+  collectives: str = ''  # the cross-device ops in the compiled program, e.g. 'all-reduce x12'
 
 
 def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: float, loop: str = '') -> Report:
@@ -119,15 +131,23 @@ def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: 
     return Report(name, devices, tokens, model_flops, time.perf_counter() - start, error=message, loop=loop)
   seconds = time.perf_counter() - start
   memory = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  cost = compiled.cost_analysis()  # None on GPU
+  cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+  text = compiled.as_text()
   # The new state is written over the donated one (aliased), so it takes no extra space.
   peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
           + memory.temp_size_in_bytes)
   return Report(name, devices, tokens, model_flops, seconds, argument_bytes=memory.argument_size_in_bytes,
                 temp_bytes=memory.temp_size_in_bytes, peak_bytes=peak,
                 compiled_flops=float(cost.get('flops', 0.0)), estimated_seconds=float(cost.get('optimal_seconds', 0.0)),
-                loop=loop)
+                loop=loop, fused_attention=text.count('"__cudnn$fmha'), collectives=collectives(text))
+
+
+def collectives(hlo: str) -> str:
+  """The cross-device ops of a compiled HLO text and how many of each (async pairs counted once)."""
+  # The op name follows the (possibly tuple) result shape: ` all-reduce(` or ` all-reduce-start(`, not `-done(`.
+  ops = re.findall(r' (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(', hlo)
+  return ', '.join(f'{op} x{ops.count(op)}' for op in sorted(set(ops))) or 'none'
 
 
 def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
@@ -185,15 +205,28 @@ def advice(c: config_lib.TrainConfig, mesh) -> str:
   return '; '.join(steps) or 'a bigger slice (more devices for the same batch)'
 
 
+def usable_bytes(hw: Chip | gpu_targets.Gpu) -> float:
+  """What a step may use: a TPU's HBM, or on a GPU the share of it JAX's allocator preallocates."""
+  return hw.hbm_bytes * (gpu_targets.memory_fraction() if isinstance(hw, gpu_targets.Gpu) else 1.0)
+
+
 def format_report(r: Report, hw: Chip) -> str:
   if r.error:
     return f'{r.name}: DOES NOT FIT ({r.compile_seconds:.0f} s to find out). The compiler: {r.error}'
-  fits = 'fits' if r.peak_bytes <= hw.hbm_bytes else 'DOES NOT FIT'
+  fits = 'fits' if r.peak_bytes <= usable_bytes(hw) else 'DOES NOT FIT'
   lines = [f'{r.name}: compiled in {r.compile_seconds:.0f} s',
            f'  HBM per device: arguments {r.argument_bytes / GIB:.2f} GiB, temporaries {r.temp_bytes / GIB:.2f} GiB, '
-           f'peak {r.peak_bytes / GIB:.2f} GiB of {hw.hbm_bytes / GIB:.0f} GiB: {fits}',
-           f'  FLOPs per step: compiled {r.compiled_flops * r.devices:.3e} (all devices), model {r.model_flops:.3e} '
-           f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
+           f'peak {r.peak_bytes / GIB:.2f} GiB of {hw.hbm_bytes / GIB:.0f} GiB ({r.peak_bytes / hw.hbm_bytes:.0%}): '
+           f'{fits}', f'  collectives: {r.collectives}']
+  if isinstance(hw, gpu_targets.Gpu):
+    return '\n'.join(lines + [
+        f'  attention: {f"cuDNN fused attention ({r.fused_attention} calls)" if r.fused_attention else "not fused"}',
+        f'  FLOPs per step: model {r.model_flops:.3e} (electra_jax.flops, matmuls x 3); XLA:GPU has no cost '
+        'analysis, so no compiled FLOPs and NO step-time estimate (measure on a GPU: bench/step_throughput.py)',
+        f'  fits means within the {usable_bytes(hw) / GIB:.1f} GiB JAX\'s allocator takes '
+        f'(XLA_PYTHON_CLIENT_MEM_FRACTION={gpu_targets.memory_fraction()}; 0.75 unless set, e.g. .95 for more)'])
+  lines += [f'  FLOPs per step: compiled {r.compiled_flops * r.devices:.3e} (all devices), model {r.model_flops:.3e} '
+            f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
   if r.loop:
     lines.append(f'  the step loops over {r.loop}: the compiler\'s cost analysis counts a loop body once, so the '
                  'compiled FLOPs above undercount and there is no step-time estimate (compile with '
@@ -208,11 +241,11 @@ def format_report(r: Report, hw: Chip) -> str:
   return '\n'.join(lines)
 
 
-def load_config(cfg) -> config_lib.TrainConfig:
-  """The TrainConfig as a TPU run of `cfg` would see it: the vocabulary of the tokenizer it would train, and
-  model.dtype='auto' resolved for a TPU."""
+def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
+  """The TrainConfig as a TPU (or GPU) run of `cfg` would see it: the vocabulary of the tokenizer it would train,
+  and model.dtype='auto' resolved for that platform."""
   cfg = cfg.copy_and_resolve_references()
-  cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, 'tpu')
+  cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, platform)
   return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
 
 
@@ -220,7 +253,7 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   """Compiles and prints; returns the reports (pre-training first)."""
   hw = chip(topology)
   devices = topology_devices(topology)
-  c = load_config(cfg)
+  c = load_config(cfg, 'gpu' if isinstance(hw, gpu_targets.Gpu) else 'tpu')
   mesh = sharding.make_mesh(c.mesh, devices)
   m = c.model
   print(f'{topology}: {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}; jax {jax.__version__}; '
@@ -229,7 +262,7 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
         flush=True)
   reports = [pretraining_report(c, mesh)]
   print(format_report(reports[0], hw), flush=True)
-  if reports[0].error or reports[0].peak_bytes > hw.hbm_bytes:
+  if reports[0].error or reports[0].peak_bytes > usable_bytes(hw):
     print(f'  to make it fit, try: {advice(c, mesh)}', flush=True)
   if finetune:
     reports.append(finetuning_report(c, cfg.mesh, mesh, batch_size=finetune_batch, length=finetune_length))
@@ -241,7 +274,8 @@ def define_flags() -> dict:
   """The command's flags, defined only by a program that runs it (electra_jax.main has its own --config)."""
   return {
       'config': config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.'),
-      'topology': flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 (v4-16).'),
+      'topology': flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 '
+                                      '(v4-16), or GPU nodes: h100:8 (one node of 8), h100:2x8 (two nodes), a100:8.'),
       'finetune': flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.'),
       'finetune_batch': flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up '
                                              'to a multiple of the devices the batch is split over.'),

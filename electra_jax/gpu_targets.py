@@ -1,0 +1,92 @@
+"""NVIDIA GPU nodes described for compilation only (electra_jax.aot), so that a CPU machine compiles for them.
+
+`--topology=GPU:N` is one node of N GPUs, `GPU:MxN` is M nodes of N GPUs each (e.g. h100:8, h100:2x8, a100:8).
+XLA:GPU learns the device from a `GpuTargetConfigProto` (xla/stream_executor/device_description.proto) in text
+form: its `gpu_device_info` (SM count, shared memory, registers, HBM size, compute capability, clocks) plus the
+cuDNN and CUDA versions, which are read from the installed NVIDIA wheels. The device-info figures below are
+those of XLA's own target specs (xla/backends/gpu/target_config/specs/{h100_sxm,a100_sxm_80}.txtpb), trimmed
+to the fields this jaxlib knows. Compiling needs the CUDA plugin and NVIDIA's compiler wheels, not a GPU or a
+driver: `pip install "jax[cuda12]==<the jax version>"`.
+"""
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+import os
+import re
+
+from electra_jax.config import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+  """One GPU model: its HBM, its peak dense bfloat16 FLOP/s (NVIDIA's datasheet) and its XLA device info."""
+  hbm_bytes: int
+  peak_flops: float
+  device_info: str  # the fields of GpuTargetConfigProto.gpu_device_info, text format
+  description: str  # what XLA names the device
+
+
+_COMMON = """
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152 threads_per_core_limit: 2048
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  registers_per_core_limit: 65536 registers_per_block_limit: 65536"""
+
+GPUS = {
+    # H100 SXM 80 GB: 989 TFLOP/s dense bf16 (NVIDIA H100 datasheet: 1,979 with 2:4 sparsity).
+    'h100': Gpu(84_942_979_072, 989e12, _COMMON + """
+  shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
+  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: 84942979072
+  cuda_compute_capability { major: 9 minor: 0 }""", 'NVIDIA H100 80GB HBM3'),
+    # A100 SXM 80 GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet: 624 with 2:4 sparsity).
+    'a100': Gpu(85_100_068_864, 312e12, _COMMON + """
+  shared_memory_per_core: 167936 shared_memory_per_block_optin: 166912 core_count: 108 fpus_per_core: 64
+  memory_bandwidth: 2039040000000 l2_cache_size: 41943040 clock_rate_ghz: 1.41 device_memory_size: 85100068864
+  cuda_compute_capability { major: 8 minor: 0 }""", 'NVIDIA A100-SXM4-80GB'),
+}
+
+
+def parse(topology: str) -> tuple[Gpu, int, int] | None:
+  """('h100:2x8') -> (GPUS['h100'], 2 nodes, 8 GPUs per node); None when `topology` names no GPU (a TPU slice)."""
+  name, _, shape = topology.partition(':')
+  if name not in GPUS:
+    return None
+  match = re.fullmatch(r'(?:(\d+)x)?(\d+)', shape)
+  if not match or int(match[2]) == 0 or match[1] == '0':
+    raise ConfigError(f'--topology={topology!r}: expected {name}:GPUS (one node, e.g. {name}:8) or '
+                      f'{name}:NODESxGPUS (e.g. {name}:2x8, two nodes of 8)')
+  return GPUS[name], int(match[1] or 1), int(match[2])
+
+
+def memory_fraction() -> float:
+  """The share of a GPU's memory JAX preallocates for arrays (its default 0.75, or XLA_PYTHON_CLIENT_MEM_FRACTION)."""
+  return float(os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION', 0.75))
+
+
+def _version(package: str) -> tuple[int, int, int]:
+  return tuple((list(map(int, re.findall(r'\d+', importlib.metadata.version(package))[:3])) + [0, 0])[:3])
+
+
+def target_config(gpu: Gpu) -> str:
+  """The GpuTargetConfigProto text for `gpu`, with the cuDNN and CUDA runtime versions of the installed wheels
+  (XLA chooses cuDNN's fused attention and its fusions by the cuDNN version)."""
+  dnn = _version('nvidia-cudnn-cu12')
+  runtime = '.'.join(map(str, _version('nvidia-cuda-runtime-cu12')))
+  return (f'gpu_device_info {{{gpu.device_info}\n  runtime_version: "{runtime}" }}\n'
+          f'platform_name: "CUDA"\ndnn_version_info {{ major: {dnn[0]} minor: {dnn[1]} patch: {dnn[2]} }}\n'
+          f'device_description_str: "{gpu.description}"\n')
+
+
+def devices(topology: str) -> list:
+  """The devices of `topology` (nodes x GPUs), described for compilation only."""
+  gpu, nodes, per_node = parse(topology)
+  if importlib.util.find_spec('jax_cuda12_plugin') is None:
+    raise ConfigError('the CUDA plugin is not installed: pip install "jax[cuda12]==<your jax version>" (about '
+                      '3 GiB of NVIDIA wheels; no GPU needed)')
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  try:
+    topo = topologies.get_topology_desc(platform='cuda', target_config=target_config(gpu),
+                                        topology=f'1x{nodes}x{per_node}')
+  except Exception as e:  # pylint: disable=broad-except  (JaxRuntimeError)
+    raise ConfigError(f'XLA:GPU cannot describe --topology={topology!r}: {str(e).splitlines()[0]}') from e
+  return list(topo.devices)
