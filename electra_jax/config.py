@@ -283,8 +283,8 @@ class TrainConfig:
     except ValueError:
       start = count = 0
     if start <= 0 or count <= 0:
-      raise ConfigError(f"profile_steps must be 'START,COUNT' with positive numbers (e.g. '10,5': steps 10 to 14; "
-                        f"skip step 1, which compiles), or '' for none; got {self.profile_steps!r}")
+      raise ConfigError(f"profile_steps must be 'START,COUNT' with positive numbers (e.g. '10,5': steps 10 to 14), "
+                        f"or '' for none; got {self.profile_steps!r}")
     return start, count
 
 

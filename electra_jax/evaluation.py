@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from electra_jax import masking, metrics as metrics_lib, objective, sharding
+from electra_jax import masking, metrics as metrics_lib, objective, report, sharding
+from electra_jax.data import loader
 from electra_jax.config import ConfigError, TrainConfig
 
 AUC_BINS = 16384
@@ -66,12 +67,12 @@ def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking
     _, metrics = objective.get(c.name).loss(apply_fn, state.params, batch, rng, config=c, special=special,
                                             vocab_size=vocab_size, progress=progress, deterministic=True)
     return metrics, None
-  draws, rngs = objective.draw(rng, batch, config=c, special=special, vocab_size=vocab_size)
-  sample = lambda logits: objective.sample_rows(draws.sample_keys, logits, draws.masked.targets, c, progress)
-  gen_logits, detection = objective.generate_and_detect(apply_fn, state.params, batch, draws.masked, sample,
+  masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special, vocab_size=vocab_size,
+                                                    progress=progress)
+  gen_logits, detection = objective.generate_and_detect(apply_fn, state.params, batch, masked, sample,
                                                         deterministic=True, rngs=rngs,
-                                                        selected_only=c.name == 'electra_15')
-  _, metrics = objective.loss_and_metrics(objective.detection_sums(draws.masked, gen_logits, detection), c,
+                                                        selected_only=objective.get(c.name).selected_only)
+  _, metrics = objective.loss_and_metrics(objective.detection_sums(masked, gen_logits, detection), c,
                                           progress=progress)
   return metrics, logit_histograms(detection.disc_logits, detection.labels, detection.token_weights)
 
@@ -93,20 +94,22 @@ class Evaluator:
     chosen = np.random.default_rng(c.seed).choice(len(examples), count * c.batch_size, replace=False)
     local = c.batch_size // jax.process_count()
     first = jax.process_index() * local  # this process's contiguous block of each global batch
-    self.batches = []
-    for i in range(count):
-      input_ids, segment_ids = examples.read(chosen[i * c.batch_size:(i + 1) * c.batch_size][first:first + local])
-      self.batches.append({'input_ids': input_ids, 'segment_ids': segment_ids,
-                           'input_mask': (input_ids != run.special.pad).astype(np.int32)})
+    replicated = sharding.replicated(run.mesh)
+    # Put on the devices once: every evaluation reads the same batches with the same keys.
+    self.batches = [sharding.global_batch(loader.read_batch(
+        examples, chosen[i * c.batch_size:(i + 1) * c.batch_size][first:first + local], run.special),
+        run.batch_sharding) for i in range(count)]
     base = jax.random.fold_in(jax.random.PRNGKey(c.seed), EVAL_KEY)
-    self.keys = [jax.random.key_data(jax.random.fold_in(base, i)) for i in range(count)]
+    self.keys = [jax.device_put(jax.random.key_data(jax.random.fold_in(base, i)), replicated) for i in range(count)]
     if count < num_batches and jax.process_index() == 0:
       print(f'evaluating on {count} held-out batches, not eval_batches={num_batches}: the held-out text packs into '
             f'{len(examples)} examples', file=sys.stderr)
     step = functools.partial(eval_step, model=run.model, config=c, special=run.special)
-    replicated = sharding.replicated(run.mesh)
-    self._step = jax.jit(step, in_shardings=(run.state_shardings, run.batch_sharding, replicated),
-                         out_shardings=replicated)
+    jitted = jax.jit(step, in_shardings=(run.state_shardings, run.batch_sharding, replicated),
+                     out_shardings=replicated)
+    # Compiled now, beside the train step, not at the first evaluation hours into the run.
+    with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step'):
+      self._step = jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
   def due(self, step: int) -> bool:
@@ -116,6 +119,7 @@ class Evaluator:
     """{'eval_' + metric: value} at the steps evaluation is due, else {}."""
     if not self.due(step):
       return {}
+    jax.block_until_ready(state)  # eval_seconds times the evaluation, not the train step still running
     started = time.time()
     results = self.evaluate(state)
     results['eval_seconds'] = time.time() - started
@@ -128,12 +132,11 @@ class Evaluator:
     total = histograms = None
     with sharding.activate(self.run.mesh, self.run.config.mesh.rules):
       for batch, key in zip(self.batches, self.keys):
-        metrics, counts = self._step(state, sharding.global_batch(batch, self.run.batch_sharding), key)
+        metrics, counts = self._step(state, batch, key)
         total = self._accumulate(total, metrics)
         histograms = self._accumulate(histograms, counts) if counts is not None else None
     results = metrics_lib.summarize(total)
-    if histograms is not None:
-      auc = binned_auc(*jax.device_get(histograms))
-      if auc is not None:
-        results['disc_auc'] = auc
+    auc = None if histograms is None else binned_auc(*jax.device_get(histograms))
+    if auc is not None:
+      results['disc_auc'] = auc
     return {f'eval_{name}': value for name, value in results.items()}

@@ -124,14 +124,14 @@ def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Ob
 
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                           progress=progress)
+  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                          progress=progress)
   return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
                              rngs=rngs, progress=progress)
 
 
-def _mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int,
-                      progress):
+def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int,
+                     progress):
   """The batch's masking (drawn per row), its generator sampler (at the temperature of `progress`), and the
   (generator, discriminator) dropout keys."""
   draws, rngs = draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
@@ -142,8 +142,8 @@ def _mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.S
 def electra_15_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
                     special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions."""
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                           progress=progress)
+  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                          progress=progress)
   return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
                              rngs=rngs, selected_only=True, progress=progress)
 
@@ -290,8 +290,8 @@ def replace_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config
   loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
   positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
   """
-  masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
-                                                          vocab_size=vocab_size, progress=progress)
+  masked, sample, (gen_rng, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special,
+                                                         vocab_size=vocab_size, progress=progress)
   gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
                                                     deterministic=deterministic, rng=gen_rng)
   logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
@@ -311,8 +311,8 @@ def all_tokens_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, con
   p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
   loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
   """
-  masked, sample, (gen_rng, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special,
-                                                          vocab_size=vocab_size, progress=progress)
+  masked, sample, (gen_rng, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special,
+                                                         vocab_size=vocab_size, progress=progress)
   gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
                                                     deterministic=deterministic, rng=gen_rng)
   input_ids = batch['input_ids']
@@ -338,8 +338,8 @@ def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Object
 
   BERT's 80/10/10 masking is objective.mask_token_prob = 0.8, objective.random_token_prob = 0.1.
   """
-  masked, _, (_, disc_rng) = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                               progress=progress)
+  masked, _, (_, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                              progress=progress)
   logits, _ = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
                        deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
   loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
@@ -358,8 +358,8 @@ def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, co
   discriminator from the generator at step n and freezing the tower that does not train are the train step's
   (`electra_jax.train_step.two_stage_params`, `two_stage_updates`).
   """
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                           progress=progress)
+  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                          progress=progress)
   sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs)
   _, metrics = loss_and_metrics(sums, config, progress=progress)
   gen_loss, disc_loss = metrics['gen_loss'][0], metrics['disc_loss'][0]
@@ -373,8 +373,8 @@ def electra_adversarial_loss(apply_fn: Callable[..., Any], params, batch, rng, *
                              special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's loss (paper,
   appendix F); see `adversarial_loss`."""
-  masked, sample, rngs = _mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                           progress=progress)
+  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                          progress=progress)
   return adversarial_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
                           rngs=rngs, progress=progress)
 
@@ -436,6 +436,7 @@ class Objective:
   with_generator: bool = True
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
+  selected_only: bool = False  # the discriminator's loss and metrics count only the masked positions (electra_15)
 
   def model(self, config: ModelConfig) -> Electra:
     """The model this objective trains."""
@@ -445,7 +446,7 @@ class Objective:
 
 OBJECTIVES = {
     'electra': Objective(electra_loss),
-    'electra_15': Objective(electra_15_loss),
+    'electra_15': Objective(electra_15_loss, selected_only=True),
     'replace_mlm': Objective(replace_mlm_loss, discriminator_head='mlm'),
     'all_tokens_mlm': Objective(all_tokens_mlm_loss, discriminator_head='mlm_copy'),
     'mlm': Objective(mlm_loss, with_generator=False, discriminator_head='mlm'),

@@ -152,7 +152,6 @@ class Pretraining:
   state_shardings: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   _batch_checked: bool = dataclasses.field(init=False, default=False)
-  _compiled: Any = dataclasses.field(init=False, default=None)
 
   def __post_init__(self):
     c = self.config
@@ -174,15 +173,13 @@ class Pretraining:
       sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
       self._batch_checked = True
     with sharding.activate(self.mesh, self.config.mesh.rules):
-      if self._compiled is None:
-        return self._step(state, batch, rng)
-      # An executable takes its inputs where it was compiled to find them (jit would place an uncommitted key).
-      return self._compiled(state, batch, jax.device_put(rng, sharding.replicated(self.mesh)))
+      return self._step(state, batch, rng)
 
   def compile(self):
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
-    this first times its steps without the compile. `step_fn` then runs this executable."""
-    self._compiled = self.lower().compile()
+    this first times its steps without the compile. `step_fn` then runs this executable, which takes its inputs
+    where it was compiled for: the rng replicated (`jax.device_put(rng, sharding.replicated(mesh))`)."""
+    self._step = self.lower().compile()
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""
@@ -208,10 +205,11 @@ class Pretraining:
     return {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.batch_sharding)
             for k in ('input_ids', 'segment_ids', 'input_mask')}
 
+  def abstract_key(self) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(self.mesh))
+
   def lower(self):
     """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
     sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
     with sharding.activate(self.mesh, self.config.mesh.rules):
-      return self._step.lower(self.abstract_state(), self.abstract_batch(),
-                              jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype,
-                                                   sharding=sharding.replicated(self.mesh)))
+      return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())

@@ -39,7 +39,7 @@ def _check_resume_config(workdir, config_dict: dict):
     return
   saved = json.loads(path.read_text())
   for section in FROZEN_ON_RESUME:
-    old, new = saved.get(section), json.loads(json.dumps(config_dict.get(section)))
+    old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
     # A key added since the run started (absent from its config.json) is unchanged if it has its default value.
     old.update({k: _DEFAULTS[section][k] for k in set(new) - set(old) if k in _DEFAULTS[section]})
     if old != new:
@@ -93,8 +93,6 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
                                 process_count=jax.process_count())
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
-  evaluator = evaluation.Evaluator(run, data.load_eval_examples(data_config, tokenizer, seed=c.seed) if c.eval_every
-                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
   if (workdir / 'checkpoints').is_dir():
     _check_resume_config(workdir, config_dict)
 
@@ -127,10 +125,13 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   if jax.process_index() == 0:
     print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
-  rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1))
+  rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
+                       sharding.replicated(mesh))
   accumulate = jax.jit(metrics_lib.accumulate)
   with report.compiling('the train step'):  # before the progress bar: its rate and ETA exclude the compile
     run.compile()
+  evaluator = evaluation.Evaluator(run, data.load_eval_examples(data_config, tokenizer, seed=c.seed) if c.eval_every
+                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
   writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   progress = tqdm.tqdm(total=c.train_steps, initial=start, desc='pre-training', unit='step', dynamic_ncols=True,
@@ -181,11 +182,11 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
                         'resumes from the newest one') from None
   finally:
-    profiler.close()
     progress.close()
     with contextlib.suppress(OSError):  # already reported above, if it failed
       writer.close()
     checkpointer.close()
+    profiler.close()  # last: a failed upload of the trace (gs://) must not leave a checkpoint unwritten
   report.print_pretraining_summary(workdir, last, start_step=start, step=step, train_steps=c.train_steps,
                                    seconds=time.time() - started, checkpoint=checkpointer.directory / str(step))
   return last

@@ -67,9 +67,7 @@ class BatchIterator:
     self._iterator = iter(dataset.to_iter_dataset(options))
 
   def _read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-    input_ids, segment_ids = self.examples.read(indices)
-    return {'input_ids': input_ids, 'segment_ids': segment_ids,
-            'input_mask': (input_ids != self.special.pad).astype(np.int32)}
+    return read_batch(self.examples, indices, self.special)
 
   def __iter__(self):
     return self
@@ -108,6 +106,12 @@ class BatchIterator:
       raise DataError('the checkpoint was written on other examples than data.source now gives (its text or the '
                       'built dataset changed, though not its size). Restore it, or start a new --workdir')
     self._iterator.set_state(state['grain'])
+
+
+def read_batch(examples, indices: np.ndarray, special) -> dict[str, np.ndarray]:
+  """The examples at `indices` as a batch {input_ids, segment_ids, input_mask}, each [len(indices), length]."""
+  input_ids, segment_ids = examples.read(indices)
+  return {'input_ids': input_ids, 'segment_ids': segment_ids, 'input_mask': (input_ids != special.pad).astype(np.int32)}
 
 
 def _reading(processes: int | None) -> str:
