@@ -247,12 +247,6 @@ class TrainConfig:
     self.profile_range()  # refuses a malformed profile_steps before anything runs
     if self.batch_size % self.grad_accum_steps:
       raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
-    if self.grad_accum_steps > 1 and self.objective.name != 'electra':
-      raise ConfigError(f'grad_accum_steps > 1 is implemented for objective.name=electra only, not '
-                        f'{self.objective.name!r}; use a smaller batch_size instead')
-    if self.grad_accum_steps > 1 and self.objective.two_stage_generator_steps:
-      raise ConfigError('grad_accum_steps > 1 is not implemented with objective.two_stage_generator_steps; use a '
-                        'smaller batch_size instead')
     if self.objective.two_stage_generator_steps:
       m = self.model
       if m.tying == 'all':

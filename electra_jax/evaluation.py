@@ -69,11 +69,10 @@ def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking
     return metrics, None
   masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special, vocab_size=vocab_size,
                                                     progress=progress)
-  gen_logits, detection = objective.generate_and_detect(apply_fn, state.params, batch, masked, sample,
-                                                        deterministic=True, rngs=rngs,
-                                                        selected_only=objective.get(c.name).selected_only)
-  _, metrics = objective.loss_and_metrics(objective.detection_sums(masked, gen_logits, detection), c,
-                                          progress=progress)
+  sums, detection = objective.replaced_token_detection(apply_fn, state.params, batch, masked, sample,
+                                                       deterministic=True, rngs=rngs,
+                                                       selected_only=objective.get(c.name).selected_only)
+  _, metrics = objective.loss_and_metrics(sums, c, progress=progress)
   return metrics, logit_histograms(detection.disc_logits, detection.labels, detection.token_weights)
 
 

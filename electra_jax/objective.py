@@ -14,11 +14,14 @@ Every loss takes `progress` = step / train_steps, a traced scalar: the schedules
 functions of it, so a resumed run samples and weighs exactly as an uninterrupted one. The default 1.0 is past
 every schedule: the configured `temperature` and `disc_weight`.
 
-Randomness is drawn per example row: row r's masking, Gumbel noise and dropout come from fold_in(key, r), never
-from the other rows, so a batch split into micro-batches (gradient accumulation) draws exactly what it would whole.
+Every objective computes float32 sums over the batch (cross-entropies, counts, correct predictions) and makes
+its loss and Metrics from them as ratios; so a batch split into micro-batches (gradient accumulation) adds up its
+sums and gradients to what the whole batch gives. Randomness is drawn per example row: row r's masking, Gumbel
+noise and dropout come from fold_in(key, r), never from the other rows, so micro-batches draw what the whole would.
 """
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -31,9 +34,6 @@ from electra_jax.model import Electra
 
 # A metric is (numerator, denominator), summed over steps and divided only when logged.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
-# The float32 sums over a batch that the loss and every metric are ratios of (see `replaced_token_sums`).
-SUMS = ('gen_xent', 'selected', 'gen_correct', 'sampled_original', 'disc_xent', 'tokens', 'disc_correct',
-        'predicted', 'true_positives', 'replaced', 'replaced_prob', 'original_prob')
 
 
 @jax.tree_util.register_dataclass
@@ -114,20 +114,18 @@ def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
   return jax.vmap(one_row)(keys, logits, targets)
 
 
-def weighted_mean(values, weights):
-  return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1e-6)
-
-
 def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
                  special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """Returns (total loss, Metrics) for a batch of {input_ids, segment_ids, input_mask}, each [batch, length].
 
+  The official `PretrainingModel.__init__` in order: mask the input; run the generator, sample from it, corrupt
+  the input and run the discriminator (`replaced_token_detection`); the loss from the batch's sums.
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
   masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
                                           progress=progress)
-  return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                             rngs=rngs, progress=progress)
+  sums, _ = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic)
+  return loss_and_metrics(sums, config, progress=progress)
 
 
 def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int,
@@ -139,111 +137,104 @@ def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.Sp
   return draws.masked, sample, rngs
 
 
-def electra_15_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                    special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions."""
-  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                          progress=progress)
-  return replaced_token_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                             rngs=rngs, selected_only=True, progress=progress)
-
-
-def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                        sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                        deterministic: bool = False, rngs=None, selected_only: bool = False, progress=1.0):
-  """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness.
-
-  `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacement tokens; `rngs` is the pair of
-  dropout keys (generator, discriminator), unused when `deterministic`. Tests fix `masked` and `sample` to compare
-  the loss with another implementation. `selected_only` restricts the discriminator loss to the selected
-  positions (ELECTRA 15%).
-  """
-  sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs,
-                             selected_only=selected_only)
-  return loss_and_metrics(sums, config, progress=progress)
-
-
-def replaced_token_sums(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                        sample: Callable[[jax.Array], jax.Array], *, deterministic: bool = False, rngs=None,
-                        rows=None, selected_only: bool = False) -> dict[str, jax.Array]:
-  """The float32 sums named in SUMS over a batch (or a micro-batch: `rows` [batch] are its rows' indices in the
-  full batch, passed to the model for its dropout)."""
-  return detection_sums(masked, *generate_and_detect(apply_fn, params, batch, masked, sample,
-                                                     deterministic=deterministic, rngs=rngs, rows=rows,
-                                                     selected_only=selected_only))
-
-
-def generate_and_detect(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                        sample: Callable[[jax.Array], jax.Array], *, deterministic: bool = False, rngs=None,
-                        rows=None, selected_only: bool = False):
-  """(generator logits [batch, P, vocab], Detection): the two towers' outputs on a batch whose masking is chosen
-  (arguments as `replaced_token_sums`). Evaluation reads the discriminator's logits from the Detection."""
-  gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
-  row_kwargs = {} if rows is None else {'rows': rows}
-  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
-                        deterministic=deterministic, method='generator_logits', rngs={'dropout': gen_rng},
-                        **row_kwargs)
-  return gen_logits, _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic,
-                             rng=disc_rng, row_kwargs=row_kwargs, selected_only=selected_only)
-
-
 class Detection(NamedTuple):
   """The generator's samples and the discriminator's verdict on the corrupted batch."""
   samples: jax.Array  # [batch, P] the sampled replacements
   labels: jax.Array  # [batch, length] float32, 1 where the corrupted token differs from the original
   disc_logits: jax.Array  # [batch, length] float32 'replaced' logits
   token_weights: jax.Array  # [batch, length] float32, the tokens the discriminator loss counts
+  gen_logits: jax.Array  # [batch, P, vocab] float32
+  baseline_logits: jax.Array | None  # [batch, P] the REINFORCE baseline's logits (electra_adversarial), else None
 
 
-def _detect(apply_fn, params, batch, masked: masking.Masked, sample, gen_logits, *, deterministic: bool, rng,
-            row_kwargs, selected_only: bool) -> Detection:
-  """Samples replacements from `gen_logits`, corrupts the batch with them and runs the discriminator on it."""
-  input_ids, input_mask = batch['input_ids'], batch['input_mask']
+def replaced_token_detection(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                             sample: Callable[[jax.Array], jax.Array], *, rngs=None, deterministic: bool = False,
+                             rows=None, selected_only: bool = False, generator: str = 'generator_logits'):
+  """(the float32 sums the loss and metrics are ratios of, Detection) of a batch whose masking is chosen.
+
+  `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacements; `rngs` is the pair of dropout keys
+  (generator, discriminator), unused when `deterministic`; `rows` [batch] are a micro-batch's rows' indices in
+  the full batch (the model keys its dropout with them). `selected_only` counts only the selected positions in the
+  discriminator's loss (ELECTRA 15%). `generator='generator_logits_and_baseline'` also runs the REINFORCE
+  baseline head (electra_adversarial).
+  """
+  gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
+  rows = {} if rows is None else {'rows': rows}  # a whole batch: the model numbers its rows itself
+  input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
+  # Generator: a small MLM predicts the selected tokens from the masked input.
+  gen_logits = apply_fn(params, masked.input_ids, segment_ids, input_mask, masked.positions,
+                        deterministic=deterministic, method=generator, rngs={'dropout': gen_rng}, **rows)
+  gen_logits, baseline_logits = gen_logits if generator == 'generator_logits_and_baseline' else (gen_logits, None)
+  # Sample a replacement for each selected token (under stop_gradient: the discriminator trains no generator).
   samples = sample(gen_logits)
-  corrupted = masking.scatter(input_ids, masked.positions,
-                              jnp.where(masked.weights > 0, samples, masked.targets))
-  # A sample equal to the original is labelled real, as in the paper.
+  # Corrupt the input with them. A sample equal to the original is labelled real, as in the paper.
+  corrupted = corrupt(input_ids, masked, samples)
   labels = ((corrupted != input_ids) & (input_mask > 0)).astype(jnp.float32)
-  disc_logits = apply_fn(params, corrupted, batch['segment_ids'], input_mask, deterministic=deterministic,
-                         method='discriminator_logits', rngs={'dropout': rng}, **row_kwargs)
-  if selected_only:  # ELECTRA 15%: the discriminator learns only from the selected positions
-    token_weights = masking.scatter(jnp.zeros(input_ids.shape, jnp.float32), masked.positions, masked.weights)
-  else:
-    token_weights = (input_mask > 0).astype(jnp.float32)
-  return Detection(samples, labels, disc_logits, token_weights)
-
-
-def detection_sums(masked: masking.Masked, gen_logits, d: Detection) -> dict[str, jax.Array]:
-  """The SUMS of a batch from its masking, generator logits and Detection."""
-  gen_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets)
-  predicted = (d.disc_logits > 0).astype(jnp.float32) * d.token_weights
-  prob = jax.nn.sigmoid(d.disc_logits) * d.token_weights
-  return {
-      'gen_xent': jnp.sum(gen_losses * masked.weights),
-      'selected': jnp.sum(masked.weights),
-      'gen_correct': jnp.sum((jnp.argmax(gen_logits, -1) == masked.targets) * masked.weights),
-      'sampled_original': jnp.sum((d.samples == masked.targets) * masked.weights),
-      'disc_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels) * d.token_weights),
-      'tokens': jnp.sum(d.token_weights),
-      'disc_correct': jnp.sum((predicted == d.labels) * d.token_weights),
+  # Discriminator: is each token of the corrupted input replaced?
+  disc_logits = apply_fn(params, corrupted, segment_ids, input_mask, deterministic=deterministic,
+                         method='discriminator_logits', rngs={'dropout': disc_rng}, **rows)
+  # Sums over the batch: the generator's at the selected positions, the discriminator's over the counted tokens.
+  weights = token_weights(batch, masked, selected_only)
+  predicted = (disc_logits > 0).astype(jnp.float32) * weights
+  prob = jax.nn.sigmoid(disc_logits) * weights
+  sums = {
+      **masked_lm_sums('gen', gen_logits, masked),
+      'sampled_original': jnp.sum((samples == masked.targets) * masked.weights),
+      'disc_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(disc_logits, labels) * weights),
+      'tokens': jnp.sum(weights),
+      'disc_correct': jnp.sum((predicted == labels) * weights),
       'predicted': jnp.sum(predicted),
-      'true_positives': jnp.sum(predicted * d.labels),
-      'replaced': jnp.sum(d.labels),
-      'replaced_prob': jnp.sum(prob * d.labels),
-      'original_prob': jnp.sum(prob * (1.0 - d.labels)),
+      'true_positives': jnp.sum(predicted * labels),
+      'replaced': jnp.sum(labels),
+      'replaced_prob': jnp.sum(prob * labels),
+      'original_prob': jnp.sum(prob * (1.0 - labels)),
   }
+  return sums, Detection(samples, labels, disc_logits, weights, gen_logits, baseline_logits)
+
+
+def corrupt(input_ids, masked: masking.Masked, samples):
+  """input_ids [batch, length] with the samples [batch, P] written at the selected positions."""
+  return masking.scatter(input_ids, masked.positions, jnp.where(masked.weights > 0, samples, masked.targets))
+
+
+def token_weights(batch, masked: masking.Masked, selected_only: bool = False):
+  """[batch, length] float32: the tokens a per-token loss counts, every non-pad one or only the selected ones."""
+  if selected_only:  # ELECTRA 15%: the discriminator learns only from the selected positions
+    return masking.scatter(jnp.zeros(batch['input_ids'].shape, jnp.float32), masked.positions, masked.weights)
+  return (batch['input_mask'] > 0).astype(jnp.float32)
+
+
+def counts(batch, masked: masking.Masked, selected_only: bool = False) -> dict[str, jax.Array]:
+  """The denominators of every objective's losses, known before the model runs: the selected positions and the
+  counted tokens. Those of the whole batch turn a micro-batch's sums into its share of the whole batch's loss."""
+  return {'selected': jnp.sum(masked.weights), 'tokens': jnp.sum(token_weights(batch, masked, selected_only))}
+
+
+def masked_lm_sums(prefix: str, logits, masked: masking.Masked) -> dict[str, jax.Array]:
+  """An MLM's cross-entropy and correct predictions summed over the selected positions, and their count."""
+  xent = optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets)
+  return {f'{prefix}_xent': jnp.sum(xent * masked.weights), 'selected': jnp.sum(masked.weights),
+          f'{prefix}_correct': jnp.sum((jnp.argmax(logits, -1) == masked.targets) * masked.weights)}
+
+
+def _ratio(numerator, denominator):
+  return numerator / jnp.maximum(denominator, 1e-6)
+
+
+def _mean(sums, name: str, denominators, count: str):
+  """sums[name] over the count `count` ('selected' or 'tokens') of `denominators`, or of `sums` when None."""
+  return _ratio(sums[name], (sums if denominators is None else denominators)[count])
 
 
 def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denominators=None, progress=1.0):
   """(total loss, Metrics) from a batch's sums, the discriminator weighted by lambda at `progress`.
 
-  `denominators` (selected positions, tokens) of the full batch turn a micro-batch's sums into its share of the
-  full batch's loss: the shares (and their gradients) add up to the full batch's. A scheduled temperature or
-  lambda is reported as the metric `temperature` or `disc_weight`.
+  `denominators` (`counts` of the full batch) turn a micro-batch's sums into its share of the full batch's loss:
+  the shares (and their gradients) add up to the full batch's. A scheduled temperature or lambda is reported as
+  the metric `temperature` or `disc_weight`. Every objective's metrics are built the same way.
   """
-  selected, tokens = (sums['selected'], sums['tokens']) if denominators is None else denominators
-  gen_loss = sums['gen_xent'] / jnp.maximum(selected, 1e-6)
-  disc_loss = sums['disc_xent'] / jnp.maximum(tokens, 1e-6)
+  gen_loss = _mean(sums, 'gen_xent', denominators, 'selected')
+  disc_loss = _mean(sums, 'disc_xent', denominators, 'tokens')
   loss = config.gen_weight * gen_loss + disc_weight(config, progress) * disc_loss
   one = jnp.ones((), jnp.float32)
   metrics = {
@@ -268,89 +259,31 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
   return loss, metrics
 
 
-def _generator_step(apply_fn, params, batch, masked: masking.Masked, sample, *, deterministic: bool, rng):
-  """Generator MLM at the selected positions: (its loss, its logits, the corrupted input_ids)."""
-  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
-                        deterministic=deterministic, method='generator_logits', rngs={'dropout': rng})
-  gen_loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.targets),
-                           masked.weights)
-  corrupted = masking.scatter(batch['input_ids'], masked.positions,
-                              jnp.where(masked.weights > 0, sample(gen_logits), masked.targets))
-  return gen_loss, gen_logits, corrupted
+def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                        sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
+                        deterministic: bool = False, rngs=None, selected_only: bool = False, progress=1.0):
+  """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness (tests fix `masked`
+  and `sample` to compare the loss with another implementation)."""
+  sums, _ = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs,
+                                     deterministic=deterministic, selected_only=selected_only)
+  return loss_and_metrics(sums, config, progress=progress)
 
 
-def _accuracy(logits, targets, weights):
-  return jnp.sum((jnp.argmax(logits, -1) == targets) * weights), jnp.sum(weights)
+# The objectives below are each a sums function and a metrics function (`Objective.sums`, `Objective.metrics`):
+#   sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic, rows, progress) -> float32 sums
+#   metrics(sums, config, denominators=None, progress=1.0) -> (loss, Metrics), the loss a ratio of the sums
+# so that micro-batches can add their sums and gradients (train_step.accumulate_gradients).
 
 
-def replace_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                     special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """Replace MLM: the discriminator-sized model is an MLM whose selected tokens are generator samples.
-
-  loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
-  positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
-  """
-  masked, sample, (gen_rng, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special,
-                                                         vocab_size=vocab_size, progress=progress)
-  gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
-                                                    deterministic=deterministic, rng=gen_rng)
-  logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
-                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
-  mlm_loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
-  loss = config.gen_weight * gen_loss + mlm_loss
-  one = jnp.ones((), jnp.float32)
-  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
-                'gen_accuracy': _accuracy(gen_logits, masked.targets, masked.weights),
-                'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
+def electra_sums(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False, rows=None,
+                 progress=1.0, selected_only: bool = False):
+  del config, progress  # in `sample`
+  return replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic,
+                                  rows=rows, selected_only=selected_only)[0]
 
 
-def all_tokens_mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                        special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """All-Tokens MLM: Replace MLM predicting every non-pad token, with a copy mechanism.
-
-  p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
-  loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
-  """
-  masked, sample, (gen_rng, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special,
-                                                         vocab_size=vocab_size, progress=progress)
-  gen_loss, gen_logits, corrupted = _generator_step(apply_fn, params, batch, masked, sample,
-                                                    deterministic=deterministic, rng=gen_rng)
-  input_ids = batch['input_ids']
-  logits, copy_logits = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'],
-                                 deterministic=deterministic, method='discriminator_mlm_logits',
-                                 rngs={'dropout': disc_rng})
-  log_softmax = -optax.softmax_cross_entropy_with_integer_labels(logits, input_ids)  # log softmax[x_t]
-  not_copied = jax.nn.log_sigmoid(-copy_logits) + log_softmax  # log((1 - D) softmax[x_t])
-  log_p = jnp.where(corrupted == input_ids, jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied),
-                    not_copied)
-  token_weights = (batch['input_mask'] > 0).astype(jnp.float32)
-  mlm_loss = weighted_mean(-log_p, token_weights)
-  loss = config.gen_weight * gen_loss + mlm_loss
-  one = jnp.ones((), jnp.float32)
-  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
-                'gen_accuracy': _accuracy(gen_logits, masked.targets, masked.weights),
-                'copy_probability': (jnp.sum(jax.nn.sigmoid(copy_logits) * token_weights), jnp.sum(token_weights))}
-
-
-def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-             special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """BERT: MLM of the discriminator-sized model on the masked input, no generator.
-
-  BERT's 80/10/10 masking is objective.mask_token_prob = 0.8, objective.random_token_prob = 0.1.
-  """
-  masked, _, (_, disc_rng) = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                              progress=progress)
-  logits, _ = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
-                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': disc_rng})
-  loss = weighted_mean(optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets), masked.weights)
-  one = jnp.ones((), jnp.float32)
-  return loss, {'loss': (loss, one), 'mlm_loss': (loss, one),
-                'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
-
-
-def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, config: ObjectiveConfig,
-                   special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """ELECTRA trained in two stages (paper section 3.2): `electra_loss` with the loss switched by `step`.
+def two_stage_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0, *, step):
+  """ELECTRA trained in two stages (paper section 3.2): `loss_and_metrics` with the loss switched by `step`.
 
   Before step n = config.two_stage_generator_steps the loss is gen_weight * generator MLM loss alone; from step n
   on it is disc_weight * discriminator loss alone. `step` is a traced scalar (the train state's), so one compiled
@@ -358,10 +291,7 @@ def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, co
   discriminator from the generator at step n and freezing the tower that does not train are the train step's
   (`electra_jax.train_step.two_stage_params`, `two_stage_updates`).
   """
-  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                          progress=progress)
-  sums = replaced_token_sums(apply_fn, params, batch, masked, sample, deterministic=deterministic, rngs=rngs)
-  _, metrics = loss_and_metrics(sums, config, progress=progress)
+  _, metrics = loss_and_metrics(sums, config, denominators, progress)
   gen_loss, disc_loss = metrics['gen_loss'][0], metrics['disc_loss'][0]
   loss = jnp.where(step < config.two_stage_generator_steps, config.gen_weight * gen_loss,
                    disc_weight(config, progress) * disc_loss)
@@ -369,22 +299,100 @@ def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, co
   return loss, metrics
 
 
-def electra_adversarial_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                             special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
+def replace_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic=False, rows=None,
+                     progress=1.0):
+  """Replace MLM: the discriminator-sized model is an MLM whose selected tokens are generator samples.
+
+  loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
+  positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
+  """
+  del config, progress  # in `sample`
+  gen_logits, corrupted, rows = _generate_and_corrupt(apply_fn, params, batch, masked, sample, rngs[0],
+                                                      deterministic, rows)
+  logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
+                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': rngs[1]},
+                       **rows)
+  return {**masked_lm_sums('gen', gen_logits, masked), **masked_lm_sums('mlm', logits, masked)}
+
+
+def replace_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  del progress  # no schedule
+  gen_loss = _mean(sums, 'gen_xent', denominators, 'selected')
+  mlm_loss = _mean(sums, 'mlm_xent', denominators, 'selected')
+  loss = config.gen_weight * gen_loss + mlm_loss
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
+                'gen_accuracy': (sums['gen_correct'], sums['selected']),
+                'mlm_accuracy': (sums['mlm_correct'], sums['selected'])}
+
+
+def _generate_and_corrupt(apply_fn, params, batch, masked: masking.Masked, sample, rng, deterministic, rows):
+  """(generator logits at the selected positions, the input corrupted with its samples, the `rows` kwargs)."""
+  rows = {} if rows is None else {'rows': rows}
+  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
+                        deterministic=deterministic, method='generator_logits', rngs={'dropout': rng}, **rows)
+  return gen_logits, corrupt(batch['input_ids'], masked, sample(gen_logits)), rows
+
+
+def all_tokens_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic=False, rows=None,
+                        progress=1.0):
+  """All-Tokens MLM: Replace MLM predicting every non-pad token, with a copy mechanism.
+
+  p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
+  loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
+  """
+  del config, progress  # in `sample`
+  gen_logits, corrupted, rows = _generate_and_corrupt(apply_fn, params, batch, masked, sample, rngs[0],
+                                                      deterministic, rows)
+  input_ids = batch['input_ids']
+  logits, copy_logits = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'],
+                                 deterministic=deterministic, method='discriminator_mlm_logits',
+                                 rngs={'dropout': rngs[1]}, **rows)
+  log_softmax = -optax.softmax_cross_entropy_with_integer_labels(logits, input_ids)  # log softmax[x_t]
+  not_copied = jax.nn.log_sigmoid(-copy_logits) + log_softmax  # log((1 - D) softmax[x_t])
+  log_p = jnp.where(corrupted == input_ids, jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied),
+                    not_copied)
+  weights = token_weights(batch, masked)
+  return {**masked_lm_sums('gen', gen_logits, masked), 'mlm_xent': jnp.sum(-log_p * weights), 'tokens': jnp.sum(weights),
+          'copy_probability': jnp.sum(jax.nn.sigmoid(copy_logits) * weights)}
+
+
+def all_tokens_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  del progress  # no schedule
+  gen_loss = _mean(sums, 'gen_xent', denominators, 'selected')
+  mlm_loss = _mean(sums, 'mlm_xent', denominators, 'tokens')
+  loss = config.gen_weight * gen_loss + mlm_loss
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
+                'gen_accuracy': (sums['gen_correct'], sums['selected']),
+                'copy_probability': (sums['copy_probability'], sums['tokens'])}
+
+
+def mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic=False, rows=None,
+             progress=1.0):
+  """BERT: MLM of the discriminator-sized model on the masked input, no generator.
+
+  BERT's 80/10/10 masking is objective.mask_token_prob = 0.8, objective.random_token_prob = 0.1.
+  """
+  del sample, config, progress  # no generator
+  rows = {} if rows is None else {'rows': rows}
+  logits, _ = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
+                       deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': rngs[1]},
+                       **rows)
+  return masked_lm_sums('mlm', logits, masked)
+
+
+def mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  del config, progress  # one loss, no schedule
+  loss = _mean(sums, 'mlm_xent', denominators, 'selected')
+  one = jnp.ones((), jnp.float32)
+  return loss, {'loss': (loss, one), 'mlm_loss': (loss, one), 'mlm_accuracy': (sums['mlm_correct'], sums['selected'])}
+
+
+def adversarial_sums(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False, rows=None,
+                     progress=1.0):
   """Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's loss (paper,
-  appendix F); see `adversarial_loss`."""
-  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                          progress=progress)
-  return adversarial_loss(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic,
-                          rngs=rngs, progress=progress)
-
-
-def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                     sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                     deterministic: bool = False, rngs=None, progress=1.0):
-  """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`).
-
-  What the paper's appendix F describes, per selected position t (weights w_t, mean over the selected ones):
+  appendix F), per selected position t (weights w_t, mean over the selected ones):
   - reward R_t: the discriminator's loss on the token there, -log D(correct label) = sigmoid cross-entropy of its
     logit against its label (replaced, or real when the sample equals the original). The paper assumes D's
     verdict at t depends on no other replacement, so each sample is credited with its own position's reward
@@ -399,33 +407,70 @@ def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: maskin
   - loss = gen_weight * (policy_loss + baseline_loss) + disc_weight * disc_loss, disc_loss exactly ELECTRA's
     (the samples pass through stop_gradient; the reward sends nothing into the discriminator).
   """
-  gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
-  gen_logits, baseline_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'],
-                                         masked.positions, deterministic=deterministic,
-                                         method='generator_logits_and_baseline', rngs={'dropout': gen_rng})
-  d = _detect(apply_fn, params, batch, masked, sample, gen_logits, deterministic=deterministic, rng=disc_rng,
-              row_kwargs={}, selected_only=False)
-  _, metrics = loss_and_metrics(detection_sums(masked, gen_logits, d), config, progress=progress)
+  sums, d = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic,
+                                     rows=rows, generator='generator_logits_and_baseline')
   disc_xent = optax.sigmoid_binary_cross_entropy(d.disc_logits, d.labels)
   reward = jax.lax.stop_gradient(jnp.take_along_axis(disc_xent, masked.positions, axis=1))  # [batch, P]
-  baseline = -jax.nn.log_sigmoid(baseline_logits)
-  log_probs = jax.nn.log_softmax(sampling_logits(gen_logits, masked.targets, config, progress))
+  baseline = -jax.nn.log_sigmoid(d.baseline_logits)
+  log_probs = jax.nn.log_softmax(sampling_logits(d.gen_logits, masked.targets, config, progress))
   sample_log_prob = jnp.take_along_axis(log_probs, d.samples[..., None], axis=-1)[..., 0]
-  policy_loss = -weighted_mean(sample_log_prob * (reward - jax.lax.stop_gradient(baseline)), masked.weights)
-  baseline_loss = weighted_mean(optax.sigmoid_binary_cross_entropy(baseline_logits, jnp.exp(-reward)),
-                                masked.weights)
-  loss = (config.gen_weight * (policy_loss + baseline_loss)
-          + disc_weight(config, progress) * metrics['disc_loss'][0])
+  advantage = reward - jax.lax.stop_gradient(baseline)
+  return {**sums,
+          'policy': jnp.sum(sample_log_prob * advantage * masked.weights),
+          'baseline_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(d.baseline_logits, jnp.exp(-reward))
+                                   * masked.weights),
+          'reward': jnp.sum(reward * masked.weights),
+          'baseline': jnp.sum(jax.lax.stop_gradient(baseline) * masked.weights)}
+
+
+def adversarial_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  _, metrics = loss_and_metrics(sums, config, denominators, progress)
+  policy_loss = -_mean(sums, 'policy', denominators, 'selected')
+  baseline_loss = _mean(sums, 'baseline_xent', denominators, 'selected')
+  loss = config.gen_weight * (policy_loss + baseline_loss) + disc_weight(config, progress) * metrics['disc_loss'][0]
   one = jnp.ones((), jnp.float32)
-  selected = jnp.sum(masked.weights)
   metrics.update({
       'loss': (loss, one),
       'policy_loss': (policy_loss, one),
       'baseline_loss': (baseline_loss, one),
-      'reward': (jnp.sum(reward * masked.weights), selected),
-      'baseline': (jnp.sum(jax.lax.stop_gradient(baseline) * masked.weights), selected),
+      'reward': (sums['reward'], sums['selected']),
+      'baseline': (sums['baseline'], sums['selected']),
   })
   return loss, metrics
+
+
+def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
+                     sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
+                     deterministic: bool = False, rngs=None, progress=1.0):
+  """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`)."""
+  sums = adversarial_sums(apply_fn, params, batch, masked, sample, config=config, rngs=rngs,
+                          deterministic=deterministic, progress=progress)
+  return adversarial_metrics(sums, config, progress=progress)
+
+
+def _loss_of(sums_fn, metrics_fn):
+  """An objective's loss function, called as `electra_loss`: the masking drawn, its sums, its loss and metrics
+  (`metrics_kwargs`: `step` for `two_stage_metrics`)."""
+
+  def loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
+           vocab_size: int, progress=1.0, deterministic: bool = False, **metrics_kwargs):
+    masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
+                                            progress=progress)
+    sums = sums_fn(apply_fn, params, batch, masked, sample, config=config, rngs=rngs, deterministic=deterministic,
+                   progress=progress)
+    return metrics_fn(sums, config, progress=progress, **metrics_kwargs)
+  return loss
+
+
+electra_15_sums = functools.partial(electra_sums, selected_only=True)
+# ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions.
+electra_15_loss = _loss_of(electra_15_sums, loss_and_metrics)
+# `two_stage_loss(..., step=...)`: ELECTRA's loss under objective.two_stage_generator_steps (`two_stage_metrics`).
+two_stage_loss = _loss_of(electra_sums, two_stage_metrics)
+replace_mlm_loss = _loss_of(replace_mlm_sums, replace_mlm_metrics)
+all_tokens_mlm_loss = _loss_of(all_tokens_mlm_sums, all_tokens_mlm_metrics)
+mlm_loss = _loss_of(mlm_sums, mlm_metrics)
+electra_adversarial_loss = _loss_of(adversarial_sums, adversarial_metrics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,6 +478,9 @@ class Objective:
   """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
   # (apply_fn, params, batch, rng, *, config, special, vocab_size, progress) -> (loss, Metrics)
   loss: Callable[..., Any]
+  # Its two halves, for gradient accumulation: the float32 sums of a (micro-)batch, and (loss, Metrics) from them.
+  sums: Callable[..., dict[str, jax.Array]] | None = None
+  metrics: Callable[..., Any] | None = None
   with_generator: bool = True
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
@@ -445,12 +493,14 @@ class Objective:
 
 
 OBJECTIVES = {
-    'electra': Objective(electra_loss),
-    'electra_15': Objective(electra_15_loss, selected_only=True),
-    'replace_mlm': Objective(replace_mlm_loss, discriminator_head='mlm'),
-    'all_tokens_mlm': Objective(all_tokens_mlm_loss, discriminator_head='mlm_copy'),
-    'mlm': Objective(mlm_loss, with_generator=False, discriminator_head='mlm'),
-    'electra_adversarial': Objective(electra_adversarial_loss, generator_baseline=True),
+    'electra': Objective(electra_loss, electra_sums, loss_and_metrics),
+    'electra_15': Objective(electra_15_loss, electra_15_sums, loss_and_metrics, selected_only=True),
+    'replace_mlm': Objective(replace_mlm_loss, replace_mlm_sums, replace_mlm_metrics, discriminator_head='mlm'),
+    'all_tokens_mlm': Objective(all_tokens_mlm_loss, all_tokens_mlm_sums, all_tokens_mlm_metrics,
+                                discriminator_head='mlm_copy'),
+    'mlm': Objective(mlm_loss, mlm_sums, mlm_metrics, with_generator=False, discriminator_head='mlm'),
+    'electra_adversarial': Objective(electra_adversarial_loss, adversarial_sums, adversarial_metrics,
+                                     generator_baseline=True),
 }
 
 

@@ -48,19 +48,22 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   progress = state.step / train_steps
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
   two_stage = config.two_stage_generator_steps > 0
-  loss = objective.get(config.name).loss
+  spec = objective.get(config.name)
+  loss, metrics_fn = spec.loss, spec.metrics
   params = state.params
-  if two_stage:  # checked in config.load: the electra objective, a same-size generator, no accumulation
+  if two_stage:  # checked in config.load: the electra objective, a same-size generator
     params = two_stage_params(params, state.step, config.two_stage_generator_steps, model.config)
     loss = functools.partial(objective.two_stage_loss, step=state.step)
+    metrics_fn = functools.partial(objective.two_stage_metrics, step=state.step)
   if grad_accum_steps == 1:
     loss_fn = functools.partial(loss, apply_fn, batch=batch, rng=rng, config=config, special=special,
                                 vocab_size=model.config.vocab_size, progress=progress)
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  else:  # ELECTRA only (checked in config.load): its loss is a ratio of sums that micro-batches can share
+  else:  # every objective's loss is a ratio of sums that micro-batches can share
     grads, metrics = accumulate_gradients(apply_fn, params, batch, rng, config=config, special=special,
                                           vocab_size=model.config.vocab_size, steps=grad_accum_steps,
-                                          progress=progress)
+                                          progress=progress, sums_fn=spec.sums, metrics_fn=metrics_fn,
+                                          selected_only=spec.selected_only)
   updates, opt_state = tx.update(grads, state.opt_state, params)
   if two_stage:
     updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
@@ -109,35 +112,40 @@ def two_stage_updates(updates, step, n: int, model_config: ModelConfig):
 
 
 def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfig, special: masking.SpecialIds,
-                         vocab_size: int, steps: int, progress=1.0):
-  """(gradient, Metrics) of the ELECTRA loss of `batch`, summed over `steps` micro-batches in a `lax.scan`.
+                         vocab_size: int, steps: int, progress=1.0, sums_fn=objective.electra_sums,
+                         metrics_fn=objective.loss_and_metrics, selected_only: bool = False):
+  """(gradient, Metrics) of an objective's loss on `batch`, summed over `steps` micro-batches in a `lax.scan`.
 
-  Masks, Gumbel keys and dropout are drawn per row (see electra_jax.objective), the masking for the whole batch up
-  front: each micro-batch's loss is its share of the whole batch's (divided by the whole batch's counts of
-  selected positions and tokens), so the shares and their gradients add up to the one-batch values. Micro-batch m
-  takes rows m, m + k, m + 2k, ...: with the batch split over n devices in contiguous blocks of batch/n rows (k
-  divides them), every micro-batch stays spread evenly over all devices.
+  `sums_fn` and `metrics_fn` are the objective's halves (`objective.Objective.sums`, `.metrics`). Masks, Gumbel
+  keys and dropout are drawn per row (see electra_jax.objective), the masking for the whole batch up front: each
+  micro-batch's loss is its share of the whole batch's (divided by the whole batch's `objective.counts`), so the
+  shares and their gradients add up to the one-batch values. Micro-batch m takes rows m, m + k, m + 2k, ...: with
+  the batch split over n devices in contiguous blocks of batch/n rows (k divides them), every micro-batch stays
+  spread evenly over all devices.
   """
   draws, rngs = objective.draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
-  denominators = (jnp.sum(draws.masked.weights), jnp.sum((batch['input_mask'] > 0).astype(jnp.float32)))
+  denominators = objective.counts(batch, draws.masked, selected_only)
   split = lambda x: jnp.swapaxes(x.reshape((x.shape[0] // steps, steps) + x.shape[1:]), 0, 1)
 
+  def sums(p, micro_batch, micro_draws):
+    sample = lambda logits: objective.sample_rows(micro_draws.sample_keys, logits, micro_draws.masked.targets,
+                                                  config, progress)
+    return sums_fn(apply_fn, p, micro_batch, micro_draws.masked, sample, config=config, rngs=rngs,
+                   rows=micro_draws.rows, progress=progress)
+
   def micro_step(carry, micro):
-    micro_batch, micro_draws = micro
-
     def share(p):
-      sample = lambda logits: objective.sample_rows(micro_draws.sample_keys, logits, micro_draws.masked.targets,
-                                                    config, progress)
-      sums = objective.replaced_token_sums(apply_fn, p, micro_batch, micro_draws.masked, sample, rngs=rngs,
-                                           rows=micro_draws.rows)
-      return objective.loss_and_metrics(sums, config, denominators, progress)[0], sums
+      micro_sums = sums(p, *micro)
+      return metrics_fn(micro_sums, config, denominators, progress)[0], micro_sums
 
-    (_, sums), grads = jax.value_and_grad(share, has_aux=True)(params)
-    return jax.tree.map(jnp.add, carry, (grads, sums)), None
+    (_, micro_sums), grads = jax.value_and_grad(share, has_aux=True)(params)
+    return jax.tree.map(jnp.add, carry, (grads, micro_sums)), None
 
-  zeros = (jax.tree.map(jnp.zeros_like, params), {name: jnp.zeros((), jnp.float32) for name in objective.SUMS})
-  (grads, sums), _ = jax.lax.scan(micro_step, zeros, jax.tree.map(split, (batch, draws)))
-  return grads, objective.loss_and_metrics(sums, config, progress=progress)[1]
+  micros = jax.tree.map(split, (batch, draws))
+  shapes = jax.eval_shape(sums, params, *jax.tree.map(lambda x: x[0], micros))
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (params, shapes))
+  (grads, total), _ = jax.lax.scan(micro_step, zeros, micros)
+  return grads, metrics_fn(total, config, progress=progress)[1]
 
 
 @dataclasses.dataclass

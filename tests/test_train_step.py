@@ -8,11 +8,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import PartitionSpec
 
 from configs import default
 from electra_jax import config as config_lib
+from electra_jax import model as model_lib
 from electra_jax import objective, optimizer, sharding, train_step
 from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
@@ -382,3 +384,96 @@ def test_two_stage_training(tying, embedding_size):
   assert _equal(history[3]['generator'], history[2]['generator'])
   assert _equal(history[4]['generator'], history[2]['generator'])
   assert not _equal(history[4]['discriminator'], history[3]['discriminator'])
+
+
+
+class _Tower(nn.Module):
+  """One embedding table, each token plus its row's mean, row-keyed dropout (the model's), dense `heads`."""
+  heads: tuple[int, ...]
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, rows, *, deterministic):
+    x = nn.Embed(V, 8)(input_ids)
+    mask = input_mask[..., None].astype(jnp.float32)
+    x = x + jnp.sum(x * mask, 1, keepdims=True) / jnp.sum(mask, 1, keepdims=True)
+    x = model_lib.Dropout(0.1)(x, rows, deterministic=deterministic)
+    return [nn.Dense(n)(x) for n in self.heads]
+
+
+class _TinyElectra(nn.Module):
+  """The Electra methods the objectives call, on one-table towers: it compiles in a fraction of the real model's
+  time (the real one's accumulation is tests/test_precision.py's). The parameters' top-level names are Electra's,
+  so two-stage training freezes its towers."""
+  config: config_lib.ModelConfig = config_lib.ModelConfig(vocab_size=V)
+
+  def setup(self):
+    self.generator = _Tower((V, 1))  # MLM logits, REINFORCE baseline logit
+    self.discriminator = _Tower((1, V, 1))  # 'replaced' logit, MLM logits, copy-gate logit
+
+  def _run(self, tower, input_ids, input_mask, positions, deterministic, rows):
+    rows = jnp.arange(input_ids.shape[0]) if rows is None else rows
+    outs = tower(input_ids, input_mask, rows, deterministic=deterministic)
+    return [o if positions is None else jnp.take_along_axis(o, positions[..., None], 1) for o in outs]
+
+  def generator_logits_and_baseline(self, input_ids, segment_ids, input_mask, positions, *, deterministic=True,
+                                    rows=None):
+    del segment_ids
+    logits, baseline = self._run(self.generator, input_ids, input_mask, positions, deterministic, rows)
+    return logits, baseline[..., 0]
+
+  def generator_logits(self, *args, **kwargs):
+    return self.generator_logits_and_baseline(*args, **kwargs)[0]
+
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, *, deterministic=True, rows=None):
+    del segment_ids
+    return self._run(self.discriminator, input_ids, input_mask, None, deterministic, rows)[0][..., 0]
+
+  def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions=None, *, deterministic=True,
+                               rows=None):
+    del segment_ids
+    _, logits, copy = self._run(self.discriminator, input_ids, input_mask, positions, deterministic, rows)
+    return logits, copy[..., 0]
+
+  def __call__(self, input_ids, segment_ids, input_mask, positions):
+    return (self.generator_logits_and_baseline(input_ids, segment_ids, input_mask, positions),
+            self.discriminator_logits(input_ids, segment_ids, input_mask))
+
+
+@pytest.fixture(scope='module')
+def tiny_params():
+  ids = jnp.zeros((B, L), jnp.int32)
+  return jax.jit(_TinyElectra().init)(jax.random.PRNGKey(0), ids, ids, ids, jnp.zeros((B, 2), jnp.int32))['params']
+
+
+@pytest.mark.parametrize('name', [*objective.OBJECTIVES, 'two_stage'])
+def test_gradient_accumulation_equals_one_batch_for_every_objective(name, tiny_params):
+  """grad_accum_steps=2 takes the steps grad_accum_steps=1 takes, for every objective (and two-stage ELECTRA, its
+  stage switching at step 1): each loss is a ratio of sums that micro-batches add up. With dropout on: each row's
+  dropout, masking and samples are keyed by its index in the whole batch. Two steps, so the second step starts
+  from the first one's update."""
+  two_stage = name == 'two_stage'
+  objective_config = config_lib.ObjectiveConfig(name='electra' if two_stage else name,
+                                                two_stage_generator_steps=int(two_stage))
+  model = _TinyElectra()
+  tx, schedule = optax.sgd(0.1), lambda step: 0.1
+  batch = {k: jnp.asarray(v) for k, v in _numpy_batch().items()}
+  params = tiny_params
+
+  def run_steps(grad_accum_steps):
+    step = jax.jit(functools.partial(train_step.train_step, model=model, tx=tx, schedule=schedule,
+                                     config=objective_config, special=SPECIAL, train_steps=100,
+                                     grad_accum_steps=grad_accum_steps))
+    state, history = train_step.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params)), []
+    for _ in range(2):
+      state, metrics = step(state, batch, _rng())
+      history.append(_host(metrics))
+    return history, _host(state.params)
+
+  (reference, reference_params), (history, accumulated_params) = run_steps(1), run_steps(2)
+  for one, two in zip(reference, history):
+    assert set(one) == set(two)
+    for metric in one:
+      np.testing.assert_allclose(two[metric], one[metric], rtol=1e-5, atol=1e-7, err_msg=metric)
+  assert reference[1]['loss'][0] != reference[0]['loss'][0]  # the first step changed the parameters
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), accumulated_params,
+               reference_params)
