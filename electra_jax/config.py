@@ -5,6 +5,7 @@ in a config file is one clear error rather than a silently ignored setting.
 """
 
 import dataclasses
+import typing
 from typing import Any, Mapping, TypeVar
 
 from electra_jax.data import DataConfig
@@ -17,15 +18,16 @@ class ConfigError(ValueError):
 
 
 def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived) -> T:
-  """Builds dataclass `cls` from `values`, rejecting unknown keys and mistyped values."""
+  """Builds dataclass `cls` from `values`, rejecting unknown keys and values not of their field's annotated type."""
   fields = {f.name: f for f in dataclasses.fields(cls)}
   unknown = sorted(set(values) - set(fields))
   if unknown:
     raise ConfigError(f'unknown config key(s) {", ".join(where + "." + k for k in unknown)}; '
                       f'the keys of {where} are: {", ".join(sorted(set(fields) - set(derived)))}')
+  types = typing.get_type_hints(cls)
   kwargs = dict(derived)
   for name, value in values.items():
-    expected = type(fields[name].default) if fields[name].default is not dataclasses.MISSING else None
+    expected = types[name]
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
       value = float(value)
     # bool is a subclass of int: `num_layers=True` must not pass as 1.
@@ -34,6 +36,14 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
       raise ConfigError(f'config key {where}.{name} must be {expected.__name__}, got {value!r}')
     kwargs[name] = value
   return cls(**kwargs)
+
+
+def defaults(cls) -> dict[str, Any]:
+  """Every field of dataclass `cls` at its default, a nested dataclass as a dict of its own: the one source of
+  the defaults that configs/default.py (and configs/finetune.py) document and start from."""
+  types = typing.get_type_hints(cls)
+  return {f.name: defaults(types[f.name]) if dataclasses.is_dataclass(types[f.name]) else f.default
+          for f in dataclasses.fields(cls)}
 
 
 DTYPES = ('auto', 'float32', 'bfloat16')
@@ -72,7 +82,7 @@ class ModelConfig:
   attention_dropout_rate: float = 0.1
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
-  dtype: str = 'float32'
+  dtype: str = 'auto'  # resolved on construction (`compute_dtype`)
   remat: bool = False
   scan_layers: bool = False
   tying: str = 'embeddings'
@@ -199,7 +209,15 @@ AXES = ('data', 'fsdp', 'tensor')
 class MeshConfig:
   """Devices along each of AXES, and the rules mapping logical axis names to them."""
   shape: tuple = (-1, 1, 1)
-  rules: tuple = ()
+  # Logical axis -> mesh axes, a priority list (see electra_jax.sharding).
+  rules: tuple = (
+      ('batch', ('data', 'fsdp')),
+      ('vocab', 'tensor'),
+      ('heads', 'tensor'),
+      ('mlp', 'tensor'),
+      ('embed', 'fsdp'),
+      ('token_embed', None),
+  )
 
   def __post_init__(self):
     try:
@@ -229,11 +247,12 @@ class TrainConfig:
   eval_every: int = 0
   eval_batches: int = 16
   profile_steps: str = ''
-  model: ModelConfig = ModelConfig()
-  objective: ObjectiveConfig = ObjectiveConfig()
-  optimizer: OptimizerConfig = OptimizerConfig()
-  data: DataConfig = DataConfig()
-  mesh: MeshConfig = MeshConfig()
+  # Built when a TrainConfig is, not at import: model.dtype='auto' asks jax for the platform.
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
+  optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
   def __post_init__(self):
     for name in ('train_steps', 'batch_size', 'grad_accum_steps', 'log_every', 'checkpoint_every',

@@ -1,5 +1,6 @@
 """Configs: typed loading with clear errors, and the shipped configs against the paper's settings."""
 
+import dataclasses
 import glob
 import importlib
 import os
@@ -11,6 +12,7 @@ import pytest
 
 from electra_jax import config as config_lib
 from electra_jax import sharding
+from electra_jax.finetune import config as finetune_config
 from configs import default
 from conftest import override  # pylint: disable=g-bad-import-order
 
@@ -179,6 +181,44 @@ def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
   # The tests run on the CPU backend: 'auto' resolves to float32 when the config is loaded.
   assert default.get_config().model.dtype == 'auto'
   assert config_lib.load(default.get_config(), vocab_size=100).model.dtype == 'float32'
+
+
+@pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),
+                                         ('finetune', finetune_config.FinetuneConfig)])
+def test_config_files_hold_the_dataclass_defaults(module, cls):
+  """configs/default.py and configs/finetune.py document every key and read its default from the dataclasses, the
+  one source of defaults: a key left out, added, or given its own value there is a disagreement."""
+  assert importlib.import_module(f'configs.{module}').get_config().to_dict() == config_lib.defaults(cls)
+  # The two disagreements there were: the dataclasses now hold what the config files always gave.
+  assert config_lib.defaults(cls)['model']['dtype'] == 'auto'
+  assert dict(config_lib.defaults(cls)['mesh']['rules'])['batch'] == ('data', 'fsdp')
+
+
+def _dataclasses(cls):
+  yield cls
+  for field in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(field.type):
+      yield from _dataclasses(field.type)
+
+
+@pytest.mark.parametrize('cls', [config_lib.TrainConfig, finetune_config.FinetuneConfig])
+def test_every_default_has_its_annotated_type(cls):
+  """from_dict checks a value against its field's annotation, so each default must be of that type too."""
+  for part in _dataclasses(cls):
+    for field in dataclasses.fields(part):
+      if field.type in (int, float, bool, str):
+        assert type(field.default) is field.type, f'{part.__name__}.{field.name}'
+
+
+def test_types_come_from_the_annotations():
+  @dataclasses.dataclass(frozen=True)
+  class Rates:
+    rate: float = 0  # an int default: the annotation, not the default, says what the key takes
+    name: str = ''
+
+  assert config_lib.from_dict(Rates, {'rate': 0.5}, where='rates').rate == 0.5
+  with pytest.raises(config_lib.ConfigError, match='rates.rate must be float'):
+    config_lib.from_dict(Rates, {'rate': '0.5'}, where='rates')
 
 
 def test_config_module_imports_nothing_above_it():

@@ -67,11 +67,11 @@ class FinetuneConfig:
   predict_input: str = ''
   predict_output: str = ''
   predict_format: str = 'tsv'
-  optimizer: OptimizerConfig = OptimizerConfig()
-  squad: SquadConfig = SquadConfig()
-  model: ModelConfig = ModelConfig()
-  data: DataConfig = DataConfig()  # the tokenizer when training from scratch
-  mesh: MeshConfig = MeshConfig()
+  optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+  squad: SquadConfig = dataclasses.field(default_factory=SquadConfig)
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)  # not at import: dtype 'auto' asks jax
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)  # the tokenizer when training from scratch
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
   def __post_init__(self):
     for name in ('seeds', 'batch_size', 'eval_batch_size', 'log_every', 'checkpoint_every'):
