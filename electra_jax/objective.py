@@ -353,8 +353,8 @@ def all_tokens_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs
   log_p = jnp.where(corrupted == input_ids, jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied),
                     not_copied)
   weights = token_weights(batch, masked)
-  return {**masked_lm_sums('gen', gen_logits, masked), 'mlm_xent': jnp.sum(-log_p * weights), 'tokens': jnp.sum(weights),
-          'copy_probability': jnp.sum(jax.nn.sigmoid(copy_logits) * weights)}
+  return {**masked_lm_sums('gen', gen_logits, masked), 'mlm_xent': jnp.sum(-log_p * weights),
+          'tokens': jnp.sum(weights), 'copy_probability': jnp.sum(jax.nn.sigmoid(copy_logits) * weights)}
 
 
 def all_tokens_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
