@@ -9,7 +9,11 @@ setuptools.setup(
     version='0.1.0',
     description='ELECTRA pre-training and fine-tuning in JAX/Flax, from one CPU to TPU pods',
     python_requires='>=3.10',
-    packages=setuptools.find_packages(include=['electra_jax', 'electra_jax.*', 'configs', 'configs.*']),
+    # The repository's configs/ is installed inside the package, as electra_jax.configs (not a top-level `configs`
+    # that would collide with other projects'): `--config=configs/NAME.py` finds it there (electra_jax.config_files).
+    packages=(setuptools.find_packages(include=['electra_jax', 'electra_jax.*'])
+              + ['electra_jax.configs', 'electra_jax.configs.experiments']),
+    package_dir={'electra_jax.configs': 'configs'},
     package_data={'electra_jax.data': ['quickstart/*.txt.gz']},
     install_requires=[
         'jax>=0.10', 'flax>=0.12', 'optax>=0.2.8', 'orbax-checkpoint>=0.12', 'tensorflow-datasets>=4.9',

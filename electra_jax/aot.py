@@ -39,9 +39,9 @@ from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 from jax.experimental import topologies
+import ml_collections
 from ml_collections import config_flags
 
-from configs import finetune as finetune_config
 from electra_jax import cli, config as config_lib, flops, gpu_targets, sharding
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
@@ -161,7 +161,7 @@ def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
 
 def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
   """The fine-tuning step (`electra_jax.finetune.train.Finetuning`) of a two-class GLUE task."""
-  cfg = finetune_config.get_config()
+  cfg = ml_collections.ConfigDict(config_lib.defaults(ft_config_lib.FinetuneConfig))  # configs/finetune.py's
   cfg.batch_size, cfg.max_seq_length = batch_size, length
   cfg.mesh = mesh_config
   ft = ft_config_lib.load(cfg)

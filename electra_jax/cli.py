@@ -14,7 +14,7 @@ import tokenize
 
 from absl import flags
 
-from electra_jax import checkpoint, config, data, fileio, trainer
+from electra_jax import checkpoint, config, config_files, data, fileio, trainer
 
 # Errors caused by the user's input (config, data, checkpoints, a diverging run): their message says what to do.
 USER_ERRORS = (config.ConfigError, data.DataError, checkpoint.CheckpointError, trainer.TrainingError)
@@ -24,7 +24,7 @@ def flags_parser(argv):
   """An absl `flags_parser`: a bad flag, config file or config override is one line (with the closest key for a
   typo)."""
   try:
-    parsed = flags.FLAGS(argv)
+    parsed = flags.FLAGS(config_files.resolve_argv(argv))  # configs/NAME.py from a clone or the installed package
     if 'config' in flags.FLAGS and flags.FLAGS['config'].value is not None:
       flags.FLAGS['config'].value.keys()  # a config file that failed to load raises here, on first use
   except SystemExit as e:

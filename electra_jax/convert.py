@@ -27,10 +27,10 @@ from typing import Callable, Hashable, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from configs import default as default_config
 from electra_jax import checkpoint, data, fileio, hf_tokenizer, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
@@ -145,7 +145,7 @@ def model_section_from_hf(disc: dict, gen: dict | None) -> dict:
   Without a generator config the generator sizes keep configs/default.py's fractions.
   """
   disc = _hf_config(disc, 'discriminator')
-  model = dict(default_config.get_config().model.to_dict(),
+  model = dict(config_lib.defaults(ModelConfig),
                vocab_size=disc['vocab_size'], embedding_size=disc['embedding_size'],
                hidden_size=disc['hidden_size'], num_layers=disc['num_hidden_layers'],
                num_heads=disc['num_attention_heads'], intermediate_size=disc['intermediate_size'],
@@ -197,7 +197,8 @@ def hf_configs(model: ModelConfig, pad_token_id: int = 0) -> dict[str, dict]:
 def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
   """The `model` section of a TF checkpoint, read off its variable shapes.
 
-  Head counts are not stored in a checkpoint; the official sizes all use hidden / 64 (ELECTRA_FACTS.md). The
+  Head counts are not stored in a checkpoint; the official code derives them as max(1, hidden // 64)
+  (google-research/electra util/training_utils.py get_bert_config, and get_generator_config for the generator). The
   official layouts: `generator/embeddings/` (untied_generator_embeddings: tables as wide as the generator, no
   generator embeddings_project) is model.tying='none'; generator_predictions without a `generator/encoder`
   (untied_generator=False: the generator's head on the discriminator's encoder) is model.tying='all'; neither
@@ -215,7 +216,7 @@ def model_section_from_tf(shapes: dict[str, tuple[int, ...]]) -> dict:
                           "not one of Google's ELECTRA pre-training checkpoints")
   disc, gen = tower('electra'), tower('generator')
   vocab_size, embedding_size = shapes['electra/embeddings/word_embeddings']
-  model = dict(default_config.get_config().model.to_dict(), vocab_size=vocab_size, embedding_size=embedding_size,
+  model = dict(config_lib.defaults(ModelConfig), vocab_size=vocab_size, embedding_size=embedding_size,
                hidden_size=disc.hidden_size, num_layers=disc.num_layers, num_heads=disc.num_heads,
                intermediate_size=disc.intermediate_size,
                max_position_embeddings=shapes['electra/embeddings/position_embeddings'][0],
@@ -421,7 +422,7 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   out = fileio.path(out)
   if (out / 'config.json').exists() or (out / 'checkpoints').exists():
     raise ConversionError(f'{out} already holds a run; give a new --out directory')
-  config = default_config.get_config()
+  config = ml_collections.ConfigDict(config_lib.defaults(config_lib.TrainConfig))  # configs/default.py's values
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   config.data.vocab_size = config.model.vocab_size

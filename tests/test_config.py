@@ -110,7 +110,8 @@ def test_every_config_loads_and_validates(name):
 
 
 @pytest.mark.parametrize('name, expected', [
-    # E, H, layers, heads, FFN, generator fraction, lr, batch, L, mask prob, steps (ELECTRA_FACTS.md table)
+    # E, H, layers, heads, FFN, generator fraction, lr, batch, L, mask prob, steps: the ELECTRA paper's Table 6
+    # (Clark et al., 2020, appendix A); heads H / 64 and FFN 4 H as google-research/electra get_bert_config.
     ('small', (128, 256, 12, 4, 1024, 0.25, 5e-4, 128, 128, 0.15, 1_000_000)),
     ('base', (768, 768, 12, 12, 3072, 1 / 3, 2e-4, 256, 512, 0.15, 766_000)),
     ('large', (1024, 1024, 24, 16, 4096, 0.25, 2e-4, 2048, 512, 0.25, 400_000)),

@@ -102,7 +102,8 @@ class BatchIterator:
       raise DataError(f'the checkpoint was written while data.source packed into {state["num_examples"]} examples, '
                       f'but it now packs into {self._dataset_size()}: the corpus changed. Restore it, or start a '
                       'new --workdir')
-    if state.get('examples', self.examples.fingerprint) != self.examples.fingerprint:  # older checkpoints lack it
+    # Kept: version 0.1.0 wrote checkpoints without the fingerprint for a day; they resume unchecked.
+    if state.get('examples', self.examples.fingerprint) != self.examples.fingerprint:
       raise DataError('the checkpoint was written on other examples than data.source now gives (its text or the '
                       'built dataset changed, though not its size). Restore it, or start a new --workdir')
     self._iterator.set_state(state['grain'])

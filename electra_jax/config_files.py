@@ -1,0 +1,54 @@
+"""Where `--config=configs/NAME.py` is read from: the working directory when it has that file (a clone of the
+repository), else the copy of the repository's configs/ that an installed electra_jax carries as the package
+`electra_jax.configs` (setup.py), so the documented commands work from anywhere after `pip install`.
+
+The config files import each other as `from configs import default`; for a packaged file that name is made to
+mean `electra_jax.configs`, so nothing named `configs` is installed at the top level of site-packages.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+
+PREFIX = 'configs' + os.sep
+
+
+def packaged_dir() -> str | None:
+  """The directory of the installed `electra_jax.configs` package, or None (a clone run from its root)."""
+  try:
+    spec = importlib.util.find_spec('electra_jax.configs')
+  except ImportError:
+    return None
+  return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+
+
+def resolve(path: str) -> str:
+  """`path` if it exists; else, for a relative `configs/...` path, the packaged copy of that file if there is one
+  (and `configs` then imports as `electra_jax.configs`). Anything else is left for the loader to report."""
+  if os.path.exists(path) or not os.path.normpath(path).startswith(PREFIX):
+    return path
+  directory = packaged_dir()
+  packaged = directory and os.path.join(directory, os.path.normpath(path)[len(PREFIX):])
+  if not packaged or not os.path.isfile(packaged):
+    return path
+  _import_as_configs(directory)
+  return packaged
+
+
+def _import_as_configs(directory: str):
+  """Makes `configs`, the name the config files import each other by, the package in `directory`."""
+  current = getattr(sys.modules.get('configs'), '__path__', None)
+  if current is None or [os.path.realpath(p) for p in current] != [os.path.realpath(directory)]:
+    sys.modules['configs'] = importlib.import_module('electra_jax.configs')
+
+
+def resolve_argv(argv: list[str]) -> list[str]:
+  """`argv` with the file of `--config=PATH` (or `--config PATH`) resolved; overrides `--config.KEY=` untouched."""
+  argv = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      argv[i] = '--config=' + resolve(arg[len('--config='):])
+    elif arg == '--config' and i + 1 < len(argv):
+      argv[i + 1] = resolve(argv[i + 1])
+  return argv
