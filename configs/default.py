@@ -45,7 +45,8 @@ def get_config():
   config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
   config.model.scan_layers = False  # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
-  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
+  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ),
+  # 'gdes' (DeBERTa-v3: the discriminator reads stop_gradient(shared embeddings) + a zero-initialised delta).
   config.model.tying = 'embeddings'
 
   config.objective = ml_collections.ConfigDict()

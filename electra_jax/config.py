@@ -51,8 +51,10 @@ def compute_dtype(dtype: str, platform: str) -> str:
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
-#   'all': embeddings and encoder (a same-size generator; only the heads differ).
-TYINGS = ('embeddings', 'none', 'all')
+#   'all': embeddings and encoder (a same-size generator; only the heads differ);
+#   'gdes': DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop_gradient(the shared
+#     embeddings) + a zero-initialised delta of its own (`electra_jax.model.Electra.discriminator_embedded`).
+TYINGS = ('embeddings', 'none', 'all', 'gdes')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -440,6 +440,9 @@ class Objective:
 
   def model(self, config: ModelConfig) -> Electra:
     """The model this objective trains."""
+    if config.tying == 'gdes' and not (self.with_generator and self.discriminator_head == 'rtd'):
+      raise ConfigError('model.tying=gdes disentangles the generator\'s embeddings from the replaced-token '
+                        'detector\'s: it needs an objective with both (electra, electra_15, electra_adversarial)')
     return Electra(config, with_generator=self.with_generator, discriminator_head=self.discriminator_head,
                    generator_baseline=self.generator_baseline)
 
