@@ -50,8 +50,8 @@ def get_config():
   config.model.tying = 'embeddings'
 
   config.objective = ml_collections.ConfigDict()
-  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT) or 'electra_adversarial' (generator
-  # trained by REINFORCE to fool the discriminator, no MLM loss).
+  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT), 'electra_adversarial' (generator
+  # trained by REINFORCE to fool the discriminator, no MLM loss) or 'electra_frozen' (a frozen, pre-trained one).
   config.objective.name = 'electra'
   config.objective.mask_prob = 0.15  # Fraction of tokens selected for prediction.
   config.objective.max_predictions = 0  # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
@@ -73,6 +73,10 @@ def get_config():
   # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised
   # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
   config.objective.two_stage_generator_steps = 0
+  # objective.name='electra_frozen' (Fast-ELECTRA): replacements from the MLM of this pre-training WORKDIR (an mlm run
+  # or a run with a generator), frozen; the run must use its tokenizer (data.tokenizer=WORKDIR).
+  config.objective.generator_checkpoint = ''
+  config.objective.generator_step = 0  # The generator_checkpoint step to read; 0: its latest.
 
   config.optimizer = adam()
   config.optimizer.learning_rate = 5e-4  # Peak learning rate.

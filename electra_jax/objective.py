@@ -348,6 +348,14 @@ def mlm_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Object
                 'mlm_accuracy': _accuracy(logits, masked.targets, masked.weights)}
 
 
+def electra_frozen_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
+                        special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
+  """Fast-ELECTRA: `electra_loss` whose generator is a frozen, pre-trained MLM (`electra_jax.frozen`): only the
+  discriminator learns (the generator's weight is 0); gen_loss and gen_accuracy report the frozen MLM."""
+  return electra_loss(apply_fn, params, batch, rng, config=dataclasses.replace(config, gen_weight=0.0),
+                      special=special, vocab_size=vocab_size, progress=progress, deterministic=deterministic)
+
+
 def two_stage_loss(apply_fn: Callable[..., Any], params, batch, rng, *, step, config: ObjectiveConfig,
                    special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
   """ELECTRA trained in two stages (paper section 3.2): `electra_loss` with the loss switched by `step`.
@@ -437,6 +445,9 @@ class Objective:
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
   selected_only: bool = False  # the discriminator's loss and metrics count only the masked positions (electra_15)
+  # The generator is another run's MLM, frozen (electra_frozen): the train step builds the model and optimiser of
+  # `electra_jax.frozen`; `model` here is the discriminator alone (what fine-tuning reads).
+  frozen_generator: bool = False
 
   def model(self, config: ModelConfig) -> Electra:
     """The model this objective trains."""
@@ -454,6 +465,7 @@ OBJECTIVES = {
     'all_tokens_mlm': Objective(all_tokens_mlm_loss, discriminator_head='mlm_copy'),
     'mlm': Objective(mlm_loss, with_generator=False, discriminator_head='mlm'),
     'electra_adversarial': Objective(electra_adversarial_loss, generator_baseline=True),
+    'electra_frozen': Objective(electra_frozen_loss, with_generator=False, frozen_generator=True),
 }
 
 

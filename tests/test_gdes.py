@@ -65,8 +65,9 @@ def electra_grads(config, params):
   loss_fn = lambda p, c: objective.electra_loss(
       lambda q, *a, **k: Electra(config).apply({'params': q}, *a, **k), p, batch(2), jax.random.PRNGKey(3),
       config=c, special=SPECIAL, vocab_size=SMALL['vocab_size'])[0]
-  full = jax.grad(loss_fn)(params, ob)
-  generator_only = jax.grad(loss_fn)(params, ObjectiveConfig(disc_weight=0.0))
+  grad = jax.jit(jax.grad(loss_fn), static_argnums=1)  # jitted: op by op, the backward pass takes a minute
+  full = grad(params, ob)
+  generator_only = grad(params, ObjectiveConfig(disc_weight=0.0))
   return full, generator_only
 
 
