@@ -110,7 +110,7 @@ def initial_state(c: TrainConfig, run, state, tokenizer=None):
     if tokenizer_lib.load(path).fingerprint != tokenizer.fingerprint:
       raise ConfigError(f'this run\'s tokenizer is not that of objective.generator_checkpoint {path}: the '
                         f'generator\'s embeddings are indexed by its own; set data.tokenizer={path}')
-  step = c.objective.generator_step or _latest(path)
+  step = c.objective.generator_step or latest_step(path)
   checkpointer = checkpoint.Checkpointer(path)
   try:
     params = checkpointer.restore_params(step, run.abstract_state().params[PARAMS])
@@ -121,7 +121,8 @@ def initial_state(c: TrainConfig, run, state, tokenizer=None):
   return state.replace(params={**state.params, PARAMS: params})
 
 
-def _latest(path: str) -> int:
+def latest_step(path: str) -> int:
+  """The newest checkpoint step of the pre-training WORKDIR `path`."""
   checkpointer = checkpoint.Checkpointer(path)
   try:
     step = checkpointer.latest_step()
