@@ -74,7 +74,8 @@ def test_every_shipped_variant_loads(name):
   reported = {'electra_curriculum': (0.25, 2.0, 1.0, 0.5, 0.0, 4),
               'electra_floor': (0.25, 2.0, 1.5, 0.5, 0.0, 4), 'electra_mask25': (0.25, 0.0, 1.0, 0.0, 0.0, 4),
               'electra_lambda': (0.15, 0.0, 1.0, 0.0, 0.2, 4), 'electra_gen1': (0.15, 0.0, 1.0, 0.0, 0.0, 1),
-              'electra_floor_gdes': (0.25, 2.0, 1.5, 0.5, 0.0, 4), 'electra_floor_frozen': (0.25, 2.0, 1.5, 0.5, 0.0, 4)}
+              'electra_floor_gdes': (0.25, 2.0, 1.5, 0.5, 0.0, 4),
+              'electra_floor_frozen': (0.25, 2.0, 1.5, 0.5, 0.0, 4)}
   # Issue #28's levers on top of electra_floor: GDES, and a generator frozen from this experiment's mlm run.
   assert c.model.tying == ('gdes' if name == 'electra_floor_gdes' else 'embeddings')
   assert c.objective.generator_checkpoint == ('WORKDIR/pretrain/mlm' if name == 'electra_floor_frozen' else '')
@@ -92,7 +93,7 @@ def test_comma_lists_and_a_stopped_pretraining(grammar_corpus, cache_dir, tmp_pa
   plans = compare.plan(config)
   assert [p.name for p in plans] == ['electra', 'mlm'] and config.objectives == ('electra', 'mlm')
   # trainer.train returns early when SIGTERM/SIGINT stops it: the experiment must stop too, not fine-tune.
-  monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir: None)
+  monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir, stop_after=None: None)
   with pytest.raises(compare.trainer.TrainingError, match='run the same command again'):
     compare.pretrain(plans[0], str(tmp_path / 'pre'))
 
@@ -261,4 +262,5 @@ def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
   result = subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', 'merge', str(tmp_path),
                            f'--output={tmp_path / "cli2"}'], cwd=REPO, capture_output=True, text=True, timeout=120,
                           check=False)
-  assert result.returncode == 1 and result.stderr == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'
+  assert result.returncode == 1
+  assert result.stderr == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'

@@ -140,7 +140,8 @@ def test_export_folds_the_delta_and_fine_tuning_reads_it(tmp_path):
   np.testing.assert_array_equal(gen.electra.embeddings.word_embeddings.weight.detach().numpy(), word)
 
   # Fine-tuning starts from the folded embeddings, as a tying='embeddings' model.
-  model_config, pretrained, _ = finetune_train._load_pretrained(os.fspath(tmp_path / 'ours'))  # pylint: disable=protected-access
+  load = finetune_train._load_pretrained  # pylint: disable=protected-access
+  model_config, pretrained, _ = load(os.fspath(tmp_path / 'ours'))
   assert model_config.tying == 'embeddings' and set(pretrained) == {'embeddings', 'discriminator'}
   assert 'embeddings_delta' not in pretrained['discriminator']
   flat = traverse_util.flatten_dict(fold_embeddings_delta(params))

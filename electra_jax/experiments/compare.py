@@ -368,8 +368,9 @@ def merge(workdirs: list[str], output: str) -> dict:
         have = budgets.setdefault(budget_name(entry['budget']), {**entry, 'tasks': {}})
         for task, summary in entry['tasks'].items():
           if have['tasks'].setdefault(task, summary) != summary:
-            raise ConfigError(f'{workdir} and an earlier workdir both hold {run_name} at {budget_name(entry["budget"])} '
-                              f'on {task}, with other scores: merge each cell from one experiment')
+            raise ConfigError(f'{workdir} and an earlier workdir both hold {run_name} at '
+                              f'{budget_name(entry["budget"])} on {task}, with other scores: merge each cell from '
+                              'one experiment')
       into['budgets'] = sorted(budgets.values(), key=lambda e: e['budget'])
   write_results(merged, output)
   plot(merged, fileio.path(output) / 'compare.png')
