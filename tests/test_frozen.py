@@ -5,12 +5,15 @@ its training cost apart), and resumes exactly."""
 import json
 import os
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from electra_jax import checkpoint, data, flops, frozen, sharding, trainer
-from electra_jax.config import ConfigError
+from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.model import Electra
 from electra_jax.train_step import Pretraining
 from conftest import tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
@@ -122,3 +125,26 @@ def test_config_errors(corpus_file, cache_dir, mlm_run, tmp_path):
   with pytest.raises(ConfigError, match='tokens'):
     trainer.train(config, tmp_path)
   assert not os.path.exists(tmp_path / 'config.json')
+
+
+def test_an_electra_runs_generator_samples_as_it_did():
+  """kind 'generator': the frozen generator of an electra run is its generator tower, as that run computes it."""
+  disc = ModelConfig(vocab_size=40, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                     intermediate_size=64, max_position_embeddings=16)
+  gen = ModelConfig(vocab_size=40, embedding_size=16, hidden_size=64, num_layers=2, num_heads=2,
+                    intermediate_size=128, generator_hidden_fraction=0.5, max_position_embeddings=16)
+  ids = jnp.tile(jnp.arange(5, 17, dtype=jnp.int32)[None], (2, 1))
+  positions = jnp.array([[1, 3], [2, 5]], jnp.int32)
+  model = frozen.FrozenGeneratorElectra(disc, with_generator=False, generator_config=gen)
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids, ids * 0, ids * 0 + 1, positions)['params'])
+  assert set(params) == {'embeddings', 'discriminator', frozen.PARAMS}
+  assert set(params[frozen.PARAMS]) == {'embeddings', 'generator'}  # what generator_logits reads, no more
+  ours = model.apply({'params': params}, ids, ids * 0, ids * 0 + 1, positions, method='generator_logits')
+  theirs = Electra(gen).apply({'params': params[frozen.PARAMS]}, ids, ids * 0, ids * 0 + 1, positions,
+                              method='generator_logits')
+  np.testing.assert_array_equal(ours, theirs)
+  # Its forward FLOPs are the generator's share of an electra step's forward pass.
+  electra = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, 'electra')
+  detector = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, 'electra_frozen')
+  assert flops.mlm_forward_flops_per_sequence(gen, False, 16, 2) == electra - detector > 0
+
