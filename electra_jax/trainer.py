@@ -15,8 +15,9 @@ import jax
 import tqdm
 
 from electra_jax import config as config_lib
-from electra_jax import (continued, data, evaluation, fileio, flops, frozen, metrics as metrics_lib, preemption,
-                         profiling, report, sharding)
+from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
+                         report, sharding)
+from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
