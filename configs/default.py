@@ -59,12 +59,13 @@ def get_config():
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
-  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).
+  # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ),
+  # 'gdes' (DeBERTa-v3: the discriminator reads stop_gradient(shared embeddings) + a zero-initialised delta).
   config.model.tying = m.tying
 
   config.objective = ml_collections.ConfigDict()
-  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT) or 'electra_adversarial' (generator
-  # trained by REINFORCE to fool the discriminator, no MLM loss).
+  # 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm' (BERT), 'electra_adversarial' (generator
+  # trained by REINFORCE to fool the discriminator, no MLM loss) or 'electra_frozen' (a frozen, pre-trained one).
   config.objective.name = o.name
   config.objective.mask_prob = o.mask_prob  # Fraction of tokens selected for prediction.
   # Selected positions per sequence; 0: int((mask_prob + 0.005) * L).
@@ -88,6 +89,10 @@ def get_config():
   # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised
   # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
   config.objective.two_stage_generator_steps = o.two_stage_generator_steps
+  # objective.name='electra_frozen' (Fast-ELECTRA): replacements from the MLM of this pre-training WORKDIR (an mlm run
+  # or a run with a generator), frozen; the run must use its tokenizer (data.tokenizer=WORKDIR).
+  config.objective.generator_checkpoint = o.generator_checkpoint
+  config.objective.generator_step = o.generator_step  # The generator_checkpoint step to read; 0: its latest.
 
   config.optimizer = adam()
   config.optimizer.learning_rate = d.optimizer.learning_rate  # Peak learning rate.

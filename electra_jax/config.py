@@ -61,8 +61,10 @@ def compute_dtype(dtype: str, platform: str) -> str:
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
-#   'all': embeddings and encoder (a same-size generator; only the heads differ).
-TYINGS = ('embeddings', 'none', 'all')
+#   'all': embeddings and encoder (a same-size generator; only the heads differ);
+#   'gdes': DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop_gradient(the shared
+#     embeddings) + a zero-initialised delta of its own (`electra_jax.model.Electra.discriminator_embedded`).
+TYINGS = ('embeddings', 'none', 'all', 'gdes')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +155,8 @@ class ObjectiveConfig:
   disallow_correct: bool = False
   uniform_generator: bool = False
   two_stage_generator_steps: int = 0
+  generator_checkpoint: str = ''  # electra_frozen: the pre-training WORKDIR whose MLM samples (electra_jax.frozen)
+  generator_step: int = 0  # its checkpoint; 0: the latest
 
   def __post_init__(self):
     if not 0 < self.mask_prob < 1:
@@ -174,6 +178,10 @@ class ObjectiveConfig:
     if self.two_stage_generator_steps and self.name != 'electra':
       raise ConfigError(f'objective.two_stage_generator_steps is a schedule of the electra objective, not of '
                         f'{self.name!r}')
+    if (self.name == 'electra_frozen') != bool(self.generator_checkpoint) or self.generator_step < 0:
+      raise ConfigError(f'objective.name=electra_frozen samples from objective.generator_checkpoint (a pre-training '
+                        f'WORKDIR: an mlm run or a run with a generator) and only it reads one; got name={self.name!r} '
+                        f'and generator_checkpoint={self.generator_checkpoint!r}, generator_step={self.generator_step}')
     if self.uniform_generator and (self.name == 'electra_adversarial' or self.two_stage_generator_steps):
       raise ConfigError('objective.uniform_generator replaces the generator, so there is no generator to train '
                         'adversarially or in two stages')

@@ -34,7 +34,7 @@ from flax import traverse_util
 from electra_jax import checkpoint, data, fileio, hf_tokenizer, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
-from electra_jax.model import Electra
+from electra_jax.model import Electra, fold_embeddings_delta
 from electra_jax.train_step import TrainState
 
 DISC, GEN = 'discriminator', 'generator'
@@ -494,14 +494,19 @@ def import_tf(tf_checkpoint: str, out: str, *, vocab: str | None = None, seed: i
 
 
 def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
-  """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}."""
+  """Our parameters -> {DISC: ElectraForPreTraining state dict, GEN: ElectraForMaskedLM state dict}.
+
+  With model.tying='gdes' the discriminator's embeddings are the shared ones plus its delta (folded in); the
+  generator's are the shared ones.
+  """
   state_dicts = {DISC: {}, GEN: {}}
-  for path, value in traverse_util.flatten_dict(jax.device_get(params)).items():
-    if path[:2] == (GEN, 'adversarial_baseline'):  # electra_adversarial's REINFORCE baseline: training only
-      continue
-    models, name = hf_name(path)
-    for m in models:
-      state_dicts[m][name] = np.ascontiguousarray(hf_layout(path, np.asarray(value)))
+  for what, tree in ((DISC, fold_embeddings_delta(params)), (GEN, params)):
+    for path, value in traverse_util.flatten_dict(jax.device_get(tree)).items():
+      if path[:2] in ((GEN, 'adversarial_baseline'), (DISC, 'embeddings_delta')):  # training only; folded
+        continue
+      models, name = hf_name(path)
+      if what in models:
+        state_dicts[what][name] = np.ascontiguousarray(hf_layout(path, np.asarray(value)))
   return state_dicts
 
 
@@ -509,7 +514,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
   from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
   config, params = checkpoint.load_params(workdir, step)
-  if config.model.tying != 'embeddings':
+  if config.model.tying not in ('embeddings', 'gdes'):  # gdes: the delta is folded into the discriminator
     raise ConversionError(
         f'{workdir} was trained with model.tying={config.model.tying!r}; the export writes the Hugging Face pair '
         'of models whose generator shares only the embeddings with the discriminator (model.tying=embeddings). '

@@ -69,7 +69,7 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
   generator, discriminator = model.tower(generator=True), model.tower(generator=False)
   embed = embedding_flops_per_token(model, length, convention)  # paid by each tower (it runs them separately)
   flops = length * (embed + tower_forward_flops_per_token(discriminator, e, length, convention))
-  if objective in ('electra', 'electra_15', 'electra_adversarial'):
+  if objective in ('electra', 'electra_15', 'electra_adversarial', 'electra_frozen'):
     flops += length * rtd_head_flops_per_token(discriminator.hidden_size, convention)
   elif objective in ('replace_mlm', 'mlm'):
     flops += num_predictions * mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
@@ -78,7 +78,7 @@ def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, 
                        + 2 * discriminator.hidden_size)  # + the copy gate
   else:
     raise ConfigError(f'unknown objective.name {objective!r}: no FLOPs count for it')
-  if objective != 'mlm':
+  if objective not in ('mlm', 'electra_frozen'):  # electra_frozen: its generator's forward pass, see below
     # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
     gen_model = model.generator_model()
     flops += length * (embedding_flops_per_token(gen_model, length, convention)
@@ -98,10 +98,29 @@ def pretraining_flops_per_step(model: ModelConfig, batch_size: int, seq_length: 
 
 
 def train_flops_per_step(c: TrainConfig) -> float:
-  """FLOPs of one step of pre-training run `c` ('matmul'): what the trainer adds to `train_flops` each step."""
+  """FLOPs of one step of pre-training run `c` ('matmul'): what the trainer adds to `train_flops` each step.
+
+  electra_frozen: the discriminator's training plus one forward pass of the frozen generator (`electra_jax.frozen`,
+  which reads the generator run's config); what training that generator cost is not included.
+  """
   length = c.data.max_seq_length
-  return pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
+  step = pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
                                     objective=c.objective.name)
+  if c.objective.name == 'electra_frozen':
+    from electra_jax import frozen  # pylint: disable=g-import-not-at-top  (it reads checkpoints: above this module)
+    step += frozen.forward_flops_per_step(c, *frozen.generator_run(c))
+  return step
+
+
+def mlm_forward_flops_per_sequence(model: ModelConfig, discriminator_sized: bool, seq_length: int,
+                                   num_predictions: int, convention: str = 'matmul') -> float:
+  """Forward FLOPs for one sequence of an MLM alone: embeddings and encoder at every token, the MLM head at the
+  `num_predictions` selected positions. `discriminator_sized`: an mlm run's model, else a run's generator tower."""
+  tower = model.tower(generator=not discriminator_sized)
+  embedded = model if discriminator_sized else model.generator_model()
+  return (seq_length * (embedding_flops_per_token(embedded, seq_length, convention)
+                        + tower_forward_flops_per_token(tower, embedded.embedding_size, seq_length, convention))
+          + num_predictions * mlm_head_flops_per_prediction(tower.hidden_size, embedded, convention))
 
 
 def finetuning_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int, num_outputs: int,

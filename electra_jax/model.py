@@ -17,6 +17,7 @@ index in the full batch; they default to 0..batch-1.
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
@@ -117,6 +118,37 @@ class Embeddings(nn.Module):
     table = jnp.asarray(self.word_embeddings.embedding, self.config.dtype)
     logits = jnp.einsum('bpe,ve->bpv', x.astype(self.config.dtype), table, preferred_element_type=jnp.float32)
     return constrain(logits, ('batch', 'length', 'vocab'))
+
+
+class ZerosLike(nn.Module):
+  """Zero-initialised parameters with the names, shapes and logical axes of the parameter tree `like`; returns them
+  as a tree of the same structure. GDES's delta (`Electra` with tying='gdes') is the embeddings' tree of zeros."""
+
+  @nn.compact
+  def __call__(self, like):
+    out = {}
+    for name, value in like.items():
+      if isinstance(value, Mapping):
+        out[name] = ZerosLike(name=name)(value)
+      else:
+        axes = value.names if isinstance(value, nn.LogicallyPartitioned) else (None,) * jnp.ndim(nn.meta.unbox(value))
+        out[name] = self.param(name, _zeros(axes), jnp.shape(nn.meta.unbox(value)))
+    return out
+
+
+def fold_embeddings_delta(params):
+  """The discriminator's own embeddings of a tying='gdes' model: `embeddings` + `discriminator/embeddings_delta`,
+  in the tree of tying='embeddings' (the delta removed; the generator's view is lost). Other params pass through.
+
+  What the discriminator computes is unchanged: fine-tuning and the Hugging Face export read this.
+  """
+  discriminator = params.get('discriminator', {})
+  if 'embeddings_delta' not in discriminator:
+    return params
+  folded = dict(params)
+  folded['discriminator'] = {k: v for k, v in discriminator.items() if k != 'embeddings_delta'}
+  folded['embeddings'] = jax.tree.map(jnp.add, params['embeddings'], discriminator['embeddings_delta'])
+  return folded
 
 
 class SelfAttention(nn.Module):
@@ -333,10 +365,13 @@ class Discriminator(_Tower):
   generator's head) or 'mlm_copy' ('mlm' plus `copy_gate`, a per-token sigmoid logit for All-Tokens MLM).
   """
   head: str = 'rtd'
+  gdes: bool = False  # tying='gdes': an `embeddings_delta` of its own (see `Electra.discriminator_embedded`)
 
   def setup_head(self):
     if self.head not in ('rtd', 'mlm', 'mlm_copy'):
       raise ValueError(f"Discriminator head must be 'rtd', 'mlm' or 'mlm_copy', got {self.head!r}")
+    if self.gdes:
+      self.embeddings_delta = ZerosLike()
     if self.head == 'rtd':
       self.discriminator_predictions = DiscriminatorHead(self.config)
     else:
@@ -363,7 +398,8 @@ class Electra(nn.Module):
   generator_lm_head}, 'discriminator': {embeddings_project?, encoder, discriminator_predictions}}.
   `config.tying` changes what the generator shares: 'none' gives it its own 'generator/embeddings' (then the
   top-level 'embeddings' are the discriminator's alone), 'all' removes its encoder and embeddings_project: it
-  runs the discriminator's, and 'generator' holds only its heads.
+  runs the discriminator's, and 'generator' holds only its heads; 'gdes' adds 'discriminator/embeddings_delta'
+  (see `discriminator_embedded`).
   The objective ablations (`electra_jax.objective.OBJECTIVES`) drop the generator (`with_generator=False`), give
   the discriminator an MLM head (`discriminator_head='mlm'` or `'mlm_copy'`, see `Discriminator`), or give the
   generator a REINFORCE baseline head (`generator_baseline`).
@@ -379,7 +415,27 @@ class Electra(nn.Module):
     if self.with_generator:
       self.generator = Generator(c.generator_model(), own_embeddings=c.tying == 'none',
                                  has_encoder=c.tying != 'all', baseline=self.generator_baseline)
-    self.discriminator = Discriminator(c, head=self.discriminator_head)
+    self.discriminator = Discriminator(c, head=self.discriminator_head, gdes=c.tying == 'gdes')
+
+  def discriminator_embedded(self, input_ids, segment_ids, *, deterministic: bool, rows=None):
+    """[batch, length] ids -> [batch, length, embedding_size]: the embeddings the discriminator reads.
+
+    The shared `embeddings`, or with tying='gdes' (DeBERTa-v3's gradient-disentangled embedding sharing, arXiv
+    2111.09543) an `Embeddings` whose every parameter is stop_gradient(the shared one) + the discriminator's own
+    zero-initialised `embeddings_delta`: the discriminator's loss moves only the delta, the generator's MLM alone
+    trains the shared tables, and at initialisation the discriminator computes what tying='embeddings' does.
+    Its embedding dropout is then drawn from another key than the shared module's (still row by row).
+    """
+    if self.config.tying != 'gdes':
+      return self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    if self.is_initializing():  # the shared tables must exist before they are read (encode alone initialises)
+      self.embeddings(input_ids, segment_ids, deterministic=True)
+    shared = self.embeddings.variables['params']
+    delta = self.discriminator.embeddings_delta(shared)
+    params = jax.tree.map(lambda s, d: jax.lax.stop_gradient(s) + d, nn.meta.unbox(shared), delta)
+    rngs = {} if deterministic else {'dropout': self.make_rng('dropout')}
+    return Embeddings(self.config, parent=None).apply({'params': params}, input_ids, segment_ids,
+                                                      deterministic=deterministic, rows=rows, rngs=rngs)
 
   def _generator_hidden(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool, rows):
     """(generator hidden states at `positions` [batch, P, H_gen], the embeddings its head reads)."""
@@ -409,7 +465,7 @@ class Electra(nn.Module):
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True, rows=None):
     """Corrupted inputs [batch, length] -> per-token 'replaced' logits [batch, length] (float32)."""
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    embedded = self.discriminator_embedded(input_ids, segment_ids, deterministic=deterministic, rows=rows)
     return self.discriminator.logits(self.discriminator(embedded, input_mask, deterministic=deterministic,
                                                         rows=rows))
 
@@ -427,7 +483,7 @@ class Electra(nn.Module):
 
   def encode(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True, rows=None):
     """The discriminator's last hidden states [batch, length, H]: what fine-tuning builds on."""
-    embedded = self.embeddings(input_ids, segment_ids, deterministic=deterministic, rows=rows)
+    embedded = self.discriminator_embedded(input_ids, segment_ids, deterministic=deterministic, rows=rows)
     return self.discriminator(embedded, input_mask, deterministic=deterministic, rows=rows)
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, *, deterministic: bool = True):

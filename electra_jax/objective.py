@@ -473,6 +473,15 @@ mlm_loss = _loss_of(mlm_sums, mlm_metrics)
 electra_adversarial_loss = _loss_of(adversarial_sums, adversarial_metrics)
 
 
+def electra_frozen_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  """Fast-ELECTRA: ELECTRA's loss and metrics whose generator is a frozen, pre-trained MLM (`electra_jax.frozen`):
+  only the discriminator learns (the generator's weight is 0); gen_loss and gen_accuracy report the frozen MLM."""
+  return loss_and_metrics(sums, dataclasses.replace(config, gen_weight=0.0), denominators, progress)
+
+
+electra_frozen_loss = _loss_of(electra_sums, electra_frozen_metrics)
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
@@ -485,9 +494,15 @@ class Objective:
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
   selected_only: bool = False  # the discriminator's loss and metrics count only the masked positions (electra_15)
+  # The generator is another run's MLM, frozen (electra_frozen): the train step builds the model and optimiser of
+  # `electra_jax.frozen`; `model` here is the discriminator alone (what fine-tuning reads).
+  frozen_generator: bool = False
 
   def model(self, config: ModelConfig) -> Electra:
     """The model this objective trains."""
+    if config.tying == 'gdes' and not (self.with_generator and self.discriminator_head == 'rtd'):
+      raise ConfigError('model.tying=gdes disentangles the generator\'s embeddings from the replaced-token '
+                        'detector\'s: it needs an objective with both (electra, electra_15, electra_adversarial)')
     return Electra(config, with_generator=self.with_generator, discriminator_head=self.discriminator_head,
                    generator_baseline=self.generator_baseline)
 
@@ -501,6 +516,8 @@ OBJECTIVES = {
     'mlm': Objective(mlm_loss, mlm_sums, mlm_metrics, with_generator=False, discriminator_head='mlm'),
     'electra_adversarial': Objective(electra_adversarial_loss, adversarial_sums, adversarial_metrics,
                                      generator_baseline=True),
+    'electra_frozen': Objective(electra_frozen_loss, electra_sums, electra_frozen_metrics, with_generator=False,
+                                frozen_generator=True),
 }
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from electra_jax import masking, objective, optimizer, sharding
+from electra_jax import frozen, masking, objective, optimizer, sharding
 from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra
 
@@ -165,6 +165,8 @@ class Pretraining:
     c = self.config
     self.model = objective.get(c.objective.name).model(c.model)
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
+    if objective.get(c.objective.name).frozen_generator:  # Fast-ELECTRA: another run's MLM, never updated
+      self.model, self.tx = frozen.model(c), frozen.optimizer(self.tx)
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
                                                       jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)

@@ -17,6 +17,7 @@ import tqdm
 from electra_jax import config as config_lib
 from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
                          report, sharding)
+from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -103,6 +104,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
       state = run.init_state(jax.random.PRNGKey(c.seed))
       if c.init_checkpoint:
         state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
+      state = frozen.initial_state(c, run, state, tokenizer)  # electra_frozen: the generator's weights
     else:
       latest, state, data_state = restored
       batches.set_state(data_state)

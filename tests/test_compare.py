@@ -73,10 +73,15 @@ def test_every_shipped_variant_loads(name):
   # temperature_decay_fraction, disc_weight_warmup_fraction, generator layers).
   reported = {'electra_curriculum': (0.25, 2.0, 1.0, 0.5, 0.0, 4),
               'electra_floor': (0.25, 2.0, 1.5, 0.5, 0.0, 4), 'electra_mask25': (0.25, 0.0, 1.0, 0.0, 0.0, 4),
-              'electra_lambda': (0.15, 0.0, 1.0, 0.0, 0.2, 4), 'electra_gen1': (0.15, 0.0, 1.0, 0.0, 0.0, 1)}
+              'electra_lambda': (0.15, 0.0, 1.0, 0.0, 0.2, 4), 'electra_gen1': (0.15, 0.0, 1.0, 0.0, 0.0, 1),
+              'electra_floor_gdes': (0.25, 2.0, 1.5, 0.5, 0.0, 4),
+              'electra_floor_frozen': (0.25, 2.0, 1.5, 0.5, 0.0, 4)}
+  # Issue #28's levers on top of electra_floor: GDES, and a generator frozen from this experiment's mlm run.
+  assert c.model.tying == ('gdes' if name == 'electra_floor_gdes' else 'embeddings')
+  assert c.objective.generator_checkpoint == ('WORKDIR/pretrain/mlm' if name == 'electra_floor_frozen' else '')
   if name in reported:
     o = c.objective
-    assert o.name == 'electra'
+    assert o.name == ('electra_frozen' if name == 'electra_floor_frozen' else 'electra')
     assert (o.mask_prob, o.initial_temperature, o.temperature, o.temperature_decay_fraction,
             o.disc_weight_warmup_fraction, c.model.tower(True).num_layers) == reported[name]
 
@@ -88,7 +93,7 @@ def test_comma_lists_and_a_stopped_pretraining(grammar_corpus, cache_dir, tmp_pa
   plans = compare.plan(config)
   assert [p.name for p in plans] == ['electra', 'mlm'] and config.objectives == ('electra', 'mlm')
   # trainer.train returns early when SIGTERM/SIGINT stops it: the experiment must stop too, not fine-tune.
-  monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir: None)
+  monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir, stop_after=None: None)
   with pytest.raises(compare.trainer.TrainingError, match='run the same command again'):
     compare.pretrain(plans[0], str(tmp_path / 'pre'))
 
@@ -161,3 +166,101 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
   config.finetune.epochs = 2.0
   with pytest.raises(ConfigError, match='other settings.*epochs'):
     compare.run(config, workdir)
+
+
+def fake_finetune(c, workdir):
+  """Stands in for finetune.run: scores that name the checkpoint step, for two seeds."""
+  del workdir
+  scores = [0.5 + 0.01 * c.init_step, 0.6 + 0.01 * c.init_step]
+  return {'main_metric': 'dev/accuracy', 'seeds': [{'seed': i, 'dev/accuracy': x} for i, x in enumerate(scores)],
+          'median': {'dev/accuracy': sum(scores) / 2}}
+
+
+def test_finetune_budgets_stop_early_and_a_frozen_generator_from_the_experiment(tmp_path, grammar_corpus, cache_dir,
+                                                                                monkeypatch):
+  config = tiny_config(grammar_corpus, cache_dir, str(tmp_path / 'task'))
+  config.objectives = ('mlm', 'electra_floor_frozen')
+  workdir = tmp_path / 'cmp'
+  per_step = {p.name: p for p in compare.plan(config, str(workdir))}
+  frozen_plan = per_step['electra_floor_frozen']
+  assert frozen_plan.config.objective.generator_checkpoint == str(workdir / 'pretrain' / 'mlm')
+  config.flops_budgets = (2.2 * frozen_plan.flops_per_step, 4.2 * frozen_plan.flops_per_step)
+  config.finetune_budgets = (config.flops_budgets[0],)
+  monkeypatch.setattr(compare.finetune, 'run', fake_finetune)
+  monkeypatch.setattr(compare.tasks_lib, 'get_task', lambda task: type('Task', (), {'name': 'keyword'}))
+
+  results = compare.run(config, str(workdir))
+  plans = {p.name: p for p in compare.plan(config, str(workdir))}
+  mlm_steps, frozen_steps = plans['mlm'].steps, plans['electra_floor_frozen'].steps
+  assert frozen_steps == (2, 4) and mlm_steps[0] < mlm_steps[1]
+  # Only the first budget is fine-tuned, and each pre-training stopped there, on the schedule of the last budget.
+  for name, steps in (('mlm', mlm_steps), ('electra_floor_frozen', frozen_steps)):
+    assert [e['steps'] for e in results['objectives'][name]['budgets']] == [steps[0]]
+    assert os.listdir(workdir / 'pretrain' / name / 'checkpoints') == [str(steps[0])]
+    assert checkpoint.load_config(str(workdir / 'pretrain' / name)).train_steps == steps[1]
+  # The frozen generator is the mlm run at its first budget; its training cost is stated apart.
+  saved = checkpoint.load_config(str(workdir / 'pretrain' / 'electra_floor_frozen'))
+  assert saved.objective.generator_step == mlm_steps[0]
+  generator_cost = mlm_steps[0] * plans['mlm'].flops_per_step
+  assert results['objectives']['electra_floor_frozen']['generator_train_flops'] == pytest.approx(generator_cost)
+  assert f'its frozen generator cost {generator_cost:.3g} FLOPs to train' in (workdir / 'results.md').read_text()
+  # The trainer counts the frozen generator's forward passes as the plan does.
+  with open(workdir / 'pretrain' / 'electra_floor_frozen' / 'metrics.jsonl', encoding='utf-8') as f:
+    assert json.loads(f.readlines()[-1])['train_flops'] == pytest.approx(2 * frozen_plan.flops_per_step)
+
+  # Every budget now: the same runs resume to the last budget; nothing restarts.
+  config.finetune_budgets = ()
+  results = compare.run(config, str(workdir))
+  for name, steps in (('mlm', mlm_steps), ('electra_floor_frozen', frozen_steps)):
+    assert [e['steps'] for e in results['objectives'][name]['budgets']] == list(steps)
+    assert sorted(os.listdir(workdir / 'pretrain' / name / 'checkpoints'), key=int) == [str(s) for s in steps]
+    with open(workdir / 'pretrain' / name / 'metrics.jsonl', encoding='utf-8') as f:
+      assert [json.loads(line)['step'] for line in f] == list(range(1, steps[1] + 1))
+
+  config.finetune_budgets = (1e9,)
+  with pytest.raises(ConfigError, match='finetune_budgets'):
+    compare.plan(config, str(workdir))
+
+
+def results_fixture(workdir, runs: dict, seeds=2, scratch=0.5):
+  """A compare results.json in `workdir`: runs {name: {budget: score}} on one task 'keyword'."""
+  cell = lambda x: {'metric': 'dev/accuracy', 'seeds': list(range(seeds)), 'scores': [x] * seeds, 'median': x}
+  results = {'flops_budgets': sorted({b for r in runs.values() for b in r}), 'seeds': seeds,
+             'tasks': {'keyword': 'DIR'}, 'scratch': {'keyword': cell(scratch)},
+             'objectives': {name: {'objective': 'electra', 'flops_per_step': 1e9, 'budgets': [
+                 {'budget': b, 'steps': int(b / 1e9), 'train_flops': b, 'tasks': {'keyword': cell(x)}}
+                 for b, x in sorted(r.items())]} for name, r in runs.items()}}
+  os.makedirs(workdir, exist_ok=True)
+  compare.write_results(results, str(workdir))
+  return str(workdir)
+
+
+def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
+  a = results_fixture(tmp_path / 'a', {'electra': {1e12: 0.6, 3e12: 0.7}, 'mlm': {1e12: 0.55}})
+  b = results_fixture(tmp_path / 'b', {'electra_gdes': {1e12: 0.65}, 'mlm': {3e12: 0.58}}, scratch=0.51)
+  merged = compare.merge([a, b], str(tmp_path / 'out'))
+  assert merged['flops_budgets'] == [1e12, 3e12] and merged['merged_from'] == [a, b]
+  assert list(merged['objectives']) == ['electra', 'mlm', 'electra_gdes']
+  assert [(e['budget'], e['tasks']['keyword']['median']) for e in merged['objectives']['mlm']['budgets']] == [
+      (1e12, 0.55), (3e12, 0.58)]  # mlm's budgets from both workdirs
+  assert merged['scratch']['keyword']['median'] == 0.5  # the first workdir's
+  table = (tmp_path / 'out' / 'results.md').read_text()
+  assert '| mlm | 3e+12 | 3000 | 58.00 [58.00-58.00] |' in table and '| electra_gdes | 1e+12 | 1000 |' in table
+  assert (tmp_path / 'out' / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert json.loads((tmp_path / 'out' / 'results.json').read_text()) == json.loads(json.dumps(merged))
+
+  with pytest.raises(ConfigError, match='same seeds'):
+    compare.merge([a, results_fixture(tmp_path / 'c', {'x': {1e12: 0.5}}, seeds=3)], str(tmp_path / 'out2'))
+  with pytest.raises(ConfigError, match='other scores'):
+    compare.merge([a, results_fixture(tmp_path / 'd', {'electra': {1e12: 0.9}})], str(tmp_path / 'out3'))
+  # The command line: one table on stderr; a workdir without results is one line and exit status 1.
+  result = subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', 'merge', a, b,
+                           f'--output={tmp_path / "cli"}'], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+  assert result.returncode == 0 and '| electra_gdes |' in result.stderr
+  assert (tmp_path / 'cli' / 'results.md').read_text() == table
+  result = subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', 'merge', str(tmp_path),
+                           f'--output={tmp_path / "cli2"}'], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+  assert result.returncode == 1
+  assert result.stderr == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'

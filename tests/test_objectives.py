@@ -131,7 +131,7 @@ def test_mlm_no_generator(mask_token_prob, expected):
 
 def test_registry():
   assert set(objective.OBJECTIVES) == {'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'mlm',
-                                       'electra_adversarial'}
+                                       'electra_adversarial', 'electra_frozen'}
   assert objective.get('electra').loss is objective.electra_loss
   assert ObjectiveConfig().name == 'electra'
   with pytest.raises(config_lib.ConfigError, match='all_tokens_mlm'):

@@ -22,6 +22,9 @@ def get_config():
   config.tasks = ('../shared/data/tasks/polarity', '../shared/data/tasks/hedge',
                   '../shared/data/tasks/pos')  # Fine-tuning tasks: anything --config.task takes (GLUE name, dir).
   config.seeds = 3  # Fine-tuning seeds per (checkpoint, task); the table reports their median [min-max].
+  # Budgets to fine-tune (a subset of flops_budgets; (): all). Pre-training stops at the largest of them, on the
+  # schedule of the largest flops_budget: a later command with more budgets resumes it.
+  config.finetune_budgets = ()
 
   # The pre-training run every objective starts from. train_steps and save_steps are set per objective from
   # flops_budgets, objective.name from `objectives`: deleted here so that overriding them is an error.
@@ -52,6 +55,14 @@ def get_config():
   config.overrides.electra_mask25 = {'objective': {'name': 'electra', 'mask_prob': 0.25}}
   config.overrides.electra_lambda = {'objective': {'name': 'electra', 'disc_weight_warmup_fraction': 0.2}}
   config.overrides.electra_gen1 = {'objective': {'name': 'electra'}, 'model': {'generator_layers_fraction': 0.25}}
+  # Issue #28, on top of electra_floor: GDES (DeBERTa-v3's gradient-disentangled embedding sharing: the detector
+  # reads stop_gradient(shared embeddings) + its own zero-initialised delta), and a frozen generator (Fast-ELECTRA:
+  # the samples come from this experiment's `mlm` run, listed before it, at its smallest budget's checkpoint; its
+  # forward passes count in the budget, what it cost to train is stated apart). See docs/experiments.md.
+  floor = config.overrides.electra_floor.objective.to_dict()
+  config.overrides.electra_floor_gdes = {'objective': floor, 'model': {'tying': 'gdes'}}
+  config.overrides.electra_floor_frozen = {'objective': {
+      **floor, 'name': 'electra_frozen', 'generator_checkpoint': 'WORKDIR/pretrain/mlm'}}
 
   # Fine-tuning settings shared by every checkpoint and the from-scratch baseline (keys as in configs/finetune.py).
   # The runner sets task, seeds, init_checkpoint and init_step, and takes the from-scratch model and tokenizer

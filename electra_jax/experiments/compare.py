@@ -17,6 +17,18 @@ Outputs under WORKDIR:
   compare.png                         score against pre-training FLOPs (log x), one panel per task
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
+
+`finetune_budgets` (a subset of flops_budgets; empty: all) fine-tunes only those budgets, and each pre-training
+stops at the largest of them: its schedule is still the largest flops_budget's, so a later command with more
+budgets resumes the same run where it stopped. A run whose objective.generator_checkpoint (electra_frozen) starts
+with 'WORKDIR/' reads the generator from this experiment's WORKDIR (e.g. 'WORKDIR/pretrain/mlm', a run listed
+before it, whose smallest budget's checkpoint it takes unless objective.generator_step says otherwise); its table
+row states what the generator cost to train, which its budget does not include.
+
+  python -m electra_jax.experiments.compare merge WORKDIR1 WORKDIR2 ... --output=DIR
+
+merges the results.json of several experiments (same seeds; their runs, budgets and tasks united) into one
+DIR/results.json, results.md and compare.png.
 """
 
 import dataclasses
@@ -29,7 +41,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, data, fileio, finetune, flops, trainer
+from electra_jax import cli, data, fileio, finetune, flops, frozen, trainer
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -43,6 +55,7 @@ class Plan:
   config: ml_collections.ConfigDict
   flops_per_step: float
   steps: tuple[int, ...]  # one per budget, in the order of flops_budgets
+  generator_train_flops: float = 0.0  # electra_frozen: what its generator cost to train (not in its budget)
 
 
 def steps_for_budget(budget: float, flops_per_step: float, name: str = '') -> int:
@@ -91,12 +104,51 @@ def _check(config):
     raise ConfigError(f'objectives must be distinct run names, got {objectives}')
   if not config.tasks or config.seeds < 1:
     raise ConfigError('tasks must name at least one task and seeds be at least 1')
+  names = {budget_name(b) for b in budgets}
+  unknown = [b for b in config.finetune_budgets if budget_name(b) not in names]
+  if unknown:
+    raise ConfigError(f'finetune_budgets {tuple(unknown)} are not among flops_budgets {budgets}: fine-tune a subset '
+                      'of the budgets the runs are planned for')
 
 
-def plan(config) -> list[Plan]:
-  """Each run's pre-training config, FLOPs per step and steps per budget (trains a tokenizer if none is cached)."""
+def finetuned(config, budget: float) -> bool:
+  """Whether `budget` is fine-tuned (and pre-trained to): every budget unless finetune_budgets names some."""
+  return not config.finetune_budgets or budget_name(budget) in {budget_name(b) for b in config.finetune_budgets}
+
+
+WORKDIR_PREFIX = 'WORKDIR/'
+
+
+def _frozen_generator(run, c, plans: dict, workdir) -> tuple[float, float]:
+  """(forward FLOPs per step, FLOPs it cost to train) of the frozen generator of `run` (its config `c`), setting
+  `run`'s objective.generator_checkpoint (and step) when it names a run of this experiment ('WORKDIR/...')."""
+  path = run.objective.generator_checkpoint
+  if path.startswith(WORKDIR_PREFIX):
+    parts = path[len(WORKDIR_PREFIX):].split('/')
+    if len(parts) != 2 or parts[0] != 'pretrain' or parts[1] not in plans:
+      raise ConfigError(f'objective.generator_checkpoint {path!r}: a run of this experiment is '
+                        f"'WORKDIR/pretrain/NAME' with NAME a run listed before it, one of {sorted(plans)}")
+    source_plan = plans[parts[1]]
+    if workdir is None:
+      raise ConfigError(f'objective.generator_checkpoint {path!r} needs the experiment\'s --workdir')
+    run.objective.generator_checkpoint = os.fspath(fileio.path(workdir) / 'pretrain' / parts[1])
+    run.objective.generator_step = run.objective.generator_step or min(source_plan.steps)
+    if run.objective.generator_step not in source_plan.steps:
+      raise ConfigError(f'objective.generator_step {run.objective.generator_step} is not a checkpoint of run '
+                        f'{parts[1]} (its steps: {source_plan.steps})')
+    source = config_lib.load(source_plan.config, vocab_size=c.model.vocab_size)
+  else:
+    source = frozen.generator_run(c)[0]
+  c = config_lib.load(run, vocab_size=c.model.vocab_size)
+  step = c.objective.generator_step or frozen.latest_step(c.objective.generator_checkpoint)
+  return frozen.forward_flops_per_step(c, source, frozen.kind_of(source)), frozen.generator_train_flops(source, step)
+
+
+def plan(config, workdir=None) -> list[Plan]:
+  """Each run's pre-training config, FLOPs per step and steps per budget (trains a tokenizer if none is cached).
+  `workdir`: the experiment's, which 'WORKDIR/...' generator checkpoints name."""
   _check(config)
-  plans = []
+  plans = {}
   for name in config.objectives:
     run = ml_collections.ConfigDict(config.pretrain.to_dict())  # an unlocked copy
     run.objective.name = name
@@ -107,12 +159,24 @@ def plan(config) -> list[Plan]:
     except data.DataError as e:  # its message names a pre-training config's keys (data.source): here pretrain.*
       raise data.DataError(re.sub(r'(?<![\w./])data\.(?=\w)', 'pretrain.data.', str(e))) from None
     c = config_lib.load(run, vocab_size=vocab_size)
-    per_step = flops.train_flops_per_step(c)
+    generator_train_flops = 0.0
+    if c.objective.name == 'electra_frozen':  # its generator's forward pass, from the generator run's config
+      length = c.data.max_seq_length
+      per_step, generator_train_flops = _frozen_generator(run, c, plans, workdir)
+      per_step += flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
+                                                   objective=c.objective.name)
+    else:
+      per_step = flops.train_flops_per_step(c)
     steps = tuple(steps_for_budget(b, per_step, name) for b in config.flops_budgets)
     run.train_steps = max(steps)
     run.save_steps = tuple(sorted(set(steps)))
-    plans.append(Plan(name, run, per_step, steps))
-  return plans
+    plans[name] = Plan(name, run, per_step, steps, generator_train_flops)
+  return list(plans.values())
+
+
+def stop_step(config, p: Plan) -> int:
+  """The step run `p`'s pre-training goes to: its largest fine-tuned budget's."""
+  return max(s for b, s in zip(config.flops_budgets, p.steps) if finetuned(config, b))
 
 
 def describe(config, plans: list[Plan]) -> str:
@@ -149,18 +213,22 @@ def _check_unchanged(saved: dict, new: dict, workdir: str, ignore: tuple[str, ..
                       'with the settings it started with, or use a new --workdir')
 
 
-def pretrain(p: Plan, workdir: str):
-  """Pre-trains run `p` in `workdir` unless every budget's checkpoint is there; resumes an interrupted run."""
+def pretrain(p: Plan, workdir: str, until: int | None = None):
+  """Pre-trains run `p` in `workdir` to step `until` (default: its last) unless every budget's checkpoint up to it
+  is there; resumes an interrupted (or earlier stopped) run. The schedule is always the last step's."""
+  until = until or max(p.steps)
+  wanted = {s for s in p.steps if s <= until}
   saved = fileio.path(workdir) / 'config.json'
   if saved.is_file():
     _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
-  if set(p.steps) <= _saved_steps(workdir):
-    print(f'{p.name}: pre-trained (checkpoints {sorted(set(p.steps))} in {workdir})', file=sys.stderr)
+  done = _saved_steps(workdir)
+  if wanted <= done:
+    print(f'{p.name}: pre-trained (checkpoints {sorted(wanted)} in {workdir})', file=sys.stderr)
     return
-  print(f'{p.name}: pre-training to step {max(p.steps)} in {workdir}', file=sys.stderr)
-  trainer.train(p.config, workdir)
-  if not set(p.steps) <= _saved_steps(workdir):  # stopped by a signal, after writing a checkpoint
-    raise trainer.TrainingError(f'the pre-training of {p.name} stopped before step {max(p.steps)}; run the same '
+  print(f'{p.name}: pre-training to step {until} of {max(p.steps)} in {workdir}', file=sys.stderr)
+  trainer.train(p.config, workdir, stop_after=until - max(done, default=0))
+  if not wanted <= _saved_steps(workdir):  # stopped by a signal, after writing a checkpoint
+    raise trainer.TrainingError(f'the pre-training of {p.name} stopped before step {until}; run the same '
                                 'command again to resume it')
 
 
@@ -201,7 +269,7 @@ def finetune_once(c, workdir: str) -> dict:
 def run(config, workdir: str) -> dict:
   """The whole experiment (see the module docstring); returns what WORKDIR/results.json holds."""
   workdir = fileio.path(workdir)
-  plans = plan(config)
+  plans = plan(config, workdir)
   print(describe(config, plans), file=sys.stderr, flush=True)
   task_names = {}
   for task in config.tasks:
@@ -210,7 +278,7 @@ def run(config, workdir: str) -> dict:
       raise ConfigError(f'tasks {task_names[name]!r} and {task!r} have the same name {name!r}')
     task_names[name] = task
   for p in plans:
-    pretrain(p, os.fspath(workdir / 'pretrain' / p.name))
+    pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
 
   results = {'flops_budgets': list(config.flops_budgets), 'seeds': config.seeds, 'tasks': task_names,
              'objectives': {}, 'scratch': {}}
@@ -218,7 +286,9 @@ def run(config, workdir: str) -> dict:
     results['objectives'][p.name] = {
         'objective': p.config.objective.name, 'flops_per_step': p.flops_per_step,
         'budgets': [{'budget': b, 'steps': s, 'train_flops': s * p.flops_per_step, 'tasks': {}}
-                    for b, s in zip(config.flops_budgets, p.steps)]}
+                    for b, s in zip(config.flops_budgets, p.steps) if finetuned(config, b)]}
+    if p.generator_train_flops:
+      results['objectives'][p.name]['generator_train_flops'] = p.generator_train_flops
   for name, task in task_names.items():
     results['scratch'][name] = finetune_once(finetune_config(config, task), os.fspath(workdir / 'scratch' / name))
     write_results(results, workdir)
@@ -260,7 +330,66 @@ def results_table(results: dict) -> str:
       lines.append(f'| {run_name} | {entry["budget"]:.3g} | {entry["steps"]} | '
                    + ' | '.join(_cell(entry['tasks'].get(n)) for n in names) + ' |')
   lines.append('| from scratch | 0 | 0 | ' + ' | '.join(_cell(results['scratch'].get(n)) for n in names) + ' |')
+  lines += [f'\n{run_name}: its frozen generator cost {run["generator_train_flops"]:.3g} FLOPs to train, not counted '
+            'in its budgets (its forward passes are)' for run_name, run in results['objectives'].items()
+            if run.get('generator_train_flops')]
   return '\n'.join(lines) + '\n'
+
+
+def merge(workdirs: list[str], output: str) -> dict:
+  """One results.json, results.md and compare.png in `output` from the results.json of several experiments.
+
+  Their runs, budgets and tasks are united; a run in several workdirs keeps each budget's fine-tunings, and a
+  (run, budget, task) cell in two must agree. The from-scratch baseline of a task is the first workdir's that has
+  one. The seeds must be the same everywhere (each cell is a median over them).
+  """
+  if not workdirs:
+    raise ConfigError('merge needs at least one WORKDIR')
+  merged = {'flops_budgets': [], 'seeds': None, 'tasks': {}, 'objectives': {}, 'scratch': {}, 'merged_from': []}
+  for workdir in workdirs:
+    path = fileio.path(workdir) / 'results.json'
+    if not path.is_file():
+      raise ConfigError(f'{workdir} has no results.json: give the --workdir of compare runs')
+    results = json.loads(path.read_text())
+    if merged['seeds'] not in (None, results['seeds']):
+      raise ConfigError(f'{workdir} has medians of {results["seeds"]} seeds, {merged["merged_from"][0]} of '
+                        f'{merged["seeds"]}: merge experiments run with the same seeds')
+    merged['seeds'] = results['seeds']
+    merged['merged_from'].append(os.fspath(workdir))
+    merged['flops_budgets'] = sorted(set(merged['flops_budgets']) | set(results['flops_budgets']))
+    for name, task in results['tasks'].items():
+      merged['tasks'].setdefault(name, task)
+    for name, summary in results['scratch'].items():
+      merged['scratch'].setdefault(name, summary)
+    for run_name, run in results['objectives'].items():
+      into = merged['objectives'].setdefault(run_name, {**run, 'budgets': []})
+      budgets = {budget_name(e['budget']): e for e in into['budgets']}
+      for entry in run['budgets']:
+        have = budgets.setdefault(budget_name(entry['budget']), {**entry, 'tasks': {}})
+        for task, summary in entry['tasks'].items():
+          if have['tasks'].setdefault(task, summary) != summary:
+            raise ConfigError(f'{workdir} and an earlier workdir both hold {run_name} at '
+                              f'{budget_name(entry["budget"])} on {task}, with other scores: merge each cell from '
+                              'one experiment')
+      into['budgets'] = sorted(budgets.values(), key=lambda e: e['budget'])
+  write_results(merged, output)
+  plot(merged, fileio.path(output) / 'compare.png')
+  return merged
+
+
+def merge_main(argv: list[str]):
+  """`compare merge WORKDIR... --output=DIR`: one line on stderr and exit status 1 for bad input."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(prog='python -m electra_jax.experiments.compare merge',
+                                   description='One table and plot from the results of several compare workdirs.')
+  parser.add_argument('workdirs', nargs='+', metavar='WORKDIR')
+  parser.add_argument('--output', required=True, metavar='DIR')
+  args = parser.parse_args(argv)
+  try:
+    print(results_table(merge(args.workdirs, args.output)), file=sys.stderr)
+  except (ConfigError, OSError, KeyError, json.JSONDecodeError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
 
 
 def plot(results: dict, path: str):
@@ -306,7 +435,9 @@ def main(argv):
   cli.run(run, flags.FLAGS.config, flags.FLAGS.workdir)
 
 
-if __name__ == '__main__':
+if __name__ == '__main__' and sys.argv[1:2] == ['merge']:
+  merge_main(sys.argv[2:])
+elif __name__ == '__main__':
   # Defined here, not on import: electra_jax.main defines flags of the same names, and tests import both.
   config_flags.DEFINE_config_file('config', None, 'An experiment config, e.g. configs/experiments/compare_cpu.py.',
                                   lock_config=True)

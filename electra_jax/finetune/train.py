@@ -36,6 +36,7 @@ from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, report, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
+from electra_jax.model import fold_embeddings_delta
 from electra_jax.preemption import StopSignal
 from electra_jax.train_step import ABSTRACT_KEY, TrainState
 from electra_jax.trainer import TrainingError
@@ -156,7 +157,10 @@ def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, da
   """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR, from
   its checkpoint `step` (0: the latest)."""
   config, params = checkpoint.load_params(os.fspath(fileio.path(workdir)), step=step or None)
-  return config.model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
+  model = config.model
+  if model.tying == 'gdes':  # the discriminator's embeddings are the shared ones plus its delta: one table to tune
+    model, params = dataclasses.replace(model, tying='embeddings'), fold_embeddings_delta(params)
+  return model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
 
 
 def _scratch_model(c: FinetuneConfig) -> tuple[ModelConfig, data.Tokenizer]:
