@@ -15,5 +15,5 @@ def get_config(preset=''):
                       intermediate_size=3072, generator_hidden_fraction=1 / 3)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.15
-  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one H100: 4 micro-batches; 8: none).
+  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one H100: 4 micro-batches; 8 H100s: none).
   return gpu.apply(config, preset, max_rows=64)

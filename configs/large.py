@@ -21,5 +21,5 @@ def get_config(preset=''):
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
   config.model.remat = True  # Recompute each layer in the backward pass (see above).
-  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one 8-H100 node: 4 micro-batches).
+  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one 8-H100 node: 4 micro-batches, 44 GiB).
   return gpu.apply(config, preset, max_rows=64)
