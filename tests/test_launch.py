@@ -3,12 +3,14 @@ that jax 0.10.2's XLA knows every XLA flag they set."""
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASH = shutil.which('bash')
 SCRIPTS = ('launch/gpu_env.sh', 'launch/gpu_single_node.sh', 'launch/gpu_slurm.sbatch', 'launch/tpu_pod.sh')
 FLAGS = ('--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_highest_priority_async_stream=true '
          '--xla_gpu_all_reduce_combine_threshold_bytes=134217728 '
@@ -18,7 +20,7 @@ FLAGS = ('--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_highes
 
 def bash(*args, **env):
   clean = {k: v for k, v in os.environ.items() if not k.startswith(('XLA_', 'NCCL_', 'SLURM_', 'GPUS', 'CONFIG'))}
-  return subprocess.run(['bash', *args], cwd=REPO, env={**clean, **env}, capture_output=True, text=True, check=False)
+  return subprocess.run([BASH, *args], cwd=REPO, env={**clean, **env}, capture_output=True, text=True, check=False)
 
 
 @pytest.mark.parametrize('script', SCRIPTS)
@@ -57,11 +59,17 @@ def test_slurm_command_keeps_the_users_settings():
 
 @pytest.mark.parametrize('script, env, message', [
     ('launch/gpu_single_node.sh', {}, 'WORKDIR: set WORKDIR'),
-    ('launch/gpu_single_node.sh', {'WORKDIR': 'w', 'PATH': '/usr/bin:/bin'},
+    ('launch/gpu_single_node.sh', {'WORKDIR': 'w', 'PATH': 'NO_NVIDIA_SMI'},
      'no GPU found by nvidia-smi: set GPUS=N (how many this machine has)'),
     ('launch/gpu_slurm.sbatch', {'WORKDIR': 'w'}, 'SLURM_NTASKS: run it with sbatch (SLURM_NTASKS is not set)'),
+    ('launch/gpu_slurm.sbatch', {'WORKDIR': 'w', 'SLURM_NTASKS': '8', 'SLURM_SUBMIT_DIR': '/nonexistent'},
+     'no /nonexistent/launch/gpu_env.sh: sbatch this script from the repository\'s root'),
 ])
-def test_missing_setting_is_one_line(script, env, message):
+def test_missing_setting_is_one_line(script, env, message, tmp_path):
+  if env.get('PATH') == 'NO_NVIDIA_SMI':  # the tools the script uses, without nvidia-smi (as on a machine with no GPU)
+    for tool in ('dirname', 'wc'):
+      os.symlink(shutil.which(tool), tmp_path / tool)
+    env = {**env, 'PATH': str(tmp_path)}
   result = bash(script, DRY_RUN='1', **env)
   assert result.returncode != 0 and result.stdout == ''
   assert result.stderr.strip().endswith(message) and len(result.stderr.strip().splitlines()) == 1
