@@ -1,9 +1,9 @@
 """ELECTRA-Base as in the paper: 12 layers, H=E=768, generator 1/3, lr 2e-4, batch 256 x 512, 766k steps."""
 
-from configs import default
+from configs import default, gpu
 
 
-def get_config():
+def get_config(preset=''):
   config = default.get_config()
   config.train_steps = 766_000
   config.batch_size = 256
@@ -15,4 +15,5 @@ def get_config():
                       intermediate_size=3072, generator_hidden_fraction=1 / 3)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.15
-  return config
+  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one H100: 4 micro-batches; 8 H100s: none).
+  return gpu.apply(config, preset, max_rows=64)

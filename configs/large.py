@@ -5,10 +5,10 @@ Rematerialised layers by default, chosen by compiling the step for a v3-64 (`pyt
 (float32 data-parallel, bf16 FSDP), more than a v3 core's 16 GiB; with remat, data-parallel bf16 peaks at 7.1 GiB.
 """
 
-from configs import default
+from configs import default, gpu
 
 
-def get_config():
+def get_config(preset=''):
   config = default.get_config()
   config.train_steps = 400_000
   config.batch_size = 2048
@@ -21,4 +21,5 @@ def get_config():
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
   config.model.remat = True  # Recompute each layer in the backward pass (see above).
-  return config
+  # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one 8-H100 node: 4 micro-batches, 44 GiB).
+  return gpu.apply(config, preset, max_rows=64)

@@ -80,6 +80,8 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
     if type(current) in _TYPE_NAMES:
       return (f'--config.{key}={value}: {key} takes {_TYPE_NAMES[type(current)]} ({filename} sets '
               f'{_show(current)}), not {value!r}')
+  if 'Error whilst parsing config file' in str(message):  # get_config raised: the traceback's last line says why
+    return f'--config={filename}: {str(message).strip().splitlines()[-1]}'
   while isinstance(message, str) and message[:1] in '\'"' and message[-1:] == message[:1]:
     message = ast.literal_eval(message)  # KeyError's message can arrive quoted, even twice
   return ' '.join(str(message).split())
@@ -144,7 +146,7 @@ def flat_keys(values, prefix: str = ''):
 
 def show_config(values, filename: str) -> str:
   """Every key of config `values` (loaded from `filename`): `key = value  # comment`, one line each."""
-  comments = _Comments(filename)
+  comments = _Comments(filename.split(':', 1)[0])  # configs/large.py:gpu is configs/large.py with a preset
   lines = [f'# {filename}: every key, its value, and what it does. Override any with --config.KEY=VALUE.']
   for key, value in flat_keys(values):
     comment = comments.lookup(key)

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Pre-training on all GPUs of one machine: one process drives every local GPU (jax's default).
+# Pre-training on all GPUs of one machine: one process drives every local GPU (jax's default), no jax.distributed.
 #   WORKDIR=runs/base bash launch/gpu_single_node.sh [--config.KEY=VALUE ...]
+# CONFIG defaults to ELECTRA-Base with the GPU preset for this machine's GPUs (configs/gpu.py: configs/base.py:gpu:N,
+# N from nvidia-smi, or GPUS=N); give CONFIG=configs/large.py:gpu to change it. DRY_RUN=1 prints the environment
+# and the command instead of running it. Check that the config fits first, on any machine:
+#   source launch/gpu_env.sh; python -m electra_jax.aot --config="$CONFIG" --topology=h100:8
 set -euo pipefail
 : "${WORKDIR:?set WORKDIR}"
-CONFIG="${CONFIG:-configs/base.py}"
-# Let XLA use most of the GPU memory up front and overlap collectives with compute.
-export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
-export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_latency_hiding_scheduler=true"
-exec python3 -m electra_jax.main --config="$CONFIG" --workdir="$WORKDIR" "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+if [[ -z "${GPUS:-}" ]]; then
+  GPUS="$( (nvidia-smi --list-gpus 2>/dev/null || true) | wc -l)"
+  (( GPUS > 0 )) || { echo "no GPU found by nvidia-smi: set GPUS=N (how many this machine has)" >&2; exit 1; }
+fi
+CONFIG="${CONFIG:-configs/base.py:gpu:${GPUS}}"
+launch python3 -m electra_jax.main --config="$CONFIG" --workdir="$WORKDIR" "$@"

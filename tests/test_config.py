@@ -19,8 +19,9 @@ from conftest import override  # pylint: disable=g-bad-import-order
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'configs')
 FINETUNE_CONFIGS = ('finetune',)  # read by electra_jax.finetune.config, not the pre-training config
+NOT_CONFIGS = FINETUNE_CONFIGS + ('gpu',)  # gpu.py: the GPU presets the scale configs apply (tests/test_gpu_presets.py)
 CONFIG_NAMES = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(CONFIG_DIR, '*.py'))
-                      if not f.endswith('__init__.py') and os.path.basename(f)[:-3] not in FINETUNE_CONFIGS)
+                      if not f.endswith('__init__.py') and os.path.basename(f)[:-3] not in NOT_CONFIGS)
 
 
 def _values(**overrides):
