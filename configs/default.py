@@ -97,9 +97,14 @@ def get_config():
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = (-1, 1, 1)  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.
-  # Logical axis -> mesh axes. Parameters and the batch carry the logical names on the left.
+  # Logical axis -> mesh axes. Activations and the batch carry the activation_* names, parameters the others.
   config.mesh.rules = (
-      ('batch', ('data', 'fsdp')),
+      ('activation_batch', ('data', 'fsdp')),
+      ('activation_length', None),
+      ('activation_embed', None),
+      ('activation_heads', 'tensor'),
+      ('activation_mlp', 'tensor'),
+      ('activation_vocab', 'tensor'),
       ('vocab', 'tensor'),
       ('heads', 'tensor'),
       ('mlp', 'tensor'),

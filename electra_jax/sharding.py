@@ -5,9 +5,12 @@ name to mesh axes ('data', 'fsdp', 'tensor'). Data parallelism is the mesh (-1, 
 on 'fsdp' (parameters and optimiser state split over it, the batch over data x fsdp); tensor (Megatron-style)
 parallelism on 'tensor' (heads, FFN and vocabulary split over it). Nothing else in the code knows which is in use.
 
-The rules are a priority list (flax `logical_to_mesh_axes`): an array dimension takes its rule's mesh axes only if
-no earlier dimension of the same array took them. Activations are [batch, ..., embed]: 'batch' takes data and fsdp
-first, so the 'embed' of an activation stays whole while the 'embed' of a parameter is split over fsdp.
+Activations and inputs have logical names of their own ('activation_batch', 'activation_embed', ...; parameters
+have 'embed', 'mlp', ...), as in MaxText: the rules are a priority list (flax `logical_to_mesh_axes`, a dimension
+takes its rule's mesh axes only if no earlier dimension of the array took them), and with shared names an
+activation's 'embed' stayed whole only because 'batch' came first and took fsdp. Apart, no activation name shares
+a mesh axis with another dimension of the same activation, so the order of the rules cannot reshard activations
+(tests/test_sharding.py permutes them).
 """
 
 import contextlib
@@ -23,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from electra_jax.config import AXES, ConfigError, MeshConfig
 
-BATCH = ('batch', 'length')  # logical axes of every [batch, length] input array
+BATCH = ('activation_batch', 'activation_length')  # logical axes of every [batch, length] input array
 
 
 def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
@@ -91,7 +94,7 @@ def logical_shardings(mesh, rules, logical_tree) -> Any:
 
 
 def batch_sharding(mesh, rules) -> NamedSharding:
-  """Sharding of a [batch, length] input: the batch split over the axes 'batch' maps to."""
+  """Sharding of a [batch, length] input: the batch split over the axes 'activation_batch' maps to."""
   return NamedSharding(mesh, nn.logical_to_mesh_axes(BATCH, rules))
 
 

@@ -91,7 +91,7 @@ class Finetuning:
     self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
                                                       jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
     # Every input array is split along its first (batch) dimension only.
-    batch_axes = nn.logical_to_mesh_axes(('batch',), c.mesh.rules)
+    batch_axes = nn.logical_to_mesh_axes(('activation_batch',), c.mesh.rules)
     self.batch_sharding = jax.sharding.NamedSharding(self.mesh, batch_axes)
     replicated = sharding.replicated(self.mesh)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
