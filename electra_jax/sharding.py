@@ -93,20 +93,21 @@ def logical_shardings(mesh, rules, logical_tree) -> Any:
   return shardings
 
 
-def batch_sharding(mesh, rules) -> NamedSharding:
-  """Sharding of a [batch, length] input: the batch split over the axes 'activation_batch' maps to."""
-  return NamedSharding(mesh, nn.logical_to_mesh_axes(BATCH, rules))
+def batch_sharding(mesh, rules, axes=BATCH) -> NamedSharding:
+  """Sharding of a [batch, length] input (of a [batch, ...] one with axes=BATCH[:1]): the batch split over the
+  axes 'activation_batch' maps to."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(axes, rules))
 
 
-def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1):
+def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1, name: str = 'batch_size'):
   """Raises ConfigError unless every micro-batch splits evenly over the devices the batch is sharded on, and the
-  processes each feed their own rows."""
+  processes each feed their own rows. `name`: the config key that gave `batch_size`."""
   spec = batch_sharding(mesh, rules).spec
   devices = axis_size(mesh, spec[0] if spec else None)
   if batch_size % (grad_accum_steps * devices):
-    raise ConfigError(f'batch_size {batch_size} must be a multiple of grad_accum_steps ({grad_accum_steps}) x the '
-                      f'{devices} devices the batch is split over (mesh axes {spec[0] if spec else None}, mesh '
-                      f'{dict(mesh.shape)})')
+    accumulation = f'grad_accum_steps ({grad_accum_steps}) x ' if grad_accum_steps > 1 else ''
+    raise ConfigError(f'{name} {batch_size} must be a multiple of {accumulation}the {devices} devices the batch is '
+                      f'split over (mesh axes {spec[0] if spec else None}, mesh {dict(mesh.shape)})')
   if jax.process_count() > 1 and devices % jax.process_count():
     raise ConfigError(f'{jax.process_count()} processes each feed their own rows, so the batch must be split over '
                       f'a multiple of {jax.process_count()} devices; it is split over {devices} (mesh '
