@@ -38,10 +38,10 @@ def dot_product_attention(self, x, attention_bias, rows, *, deterministic: bool)
   batch, length = attention_bias.shape[0], attention_bias.shape[-1]
   head_dim = t.hidden_size // t.num_heads
   split = lambda y: model.constrain(y.reshape(batch, length, t.num_heads, head_dim),
-                                    ('batch', 'length', 'heads', None))
+                                    ('activation_batch', 'activation_length', 'activation_heads', None))
   q, k, v = (split(model.dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
   context = jax.nn.dot_product_attention(q, k, v, mask=attention_bias > -1)  # [batch, 1, 1, length]: 1 = token
-  return model.constrain(context.reshape(x.shape[0], t.hidden_size), ('batch', 'heads'))
+  return model.constrain(context.reshape(x.shape[0], t.hidden_size), ('activation_batch', 'activation_heads'))
 
 
 def main(argv):

@@ -123,7 +123,7 @@ def get_config():
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = d.mesh.shape  # Devices along ('data', 'fsdp', 'tensor'); one -1 takes the rest.
-  # Logical axis -> mesh axes. Parameters and the batch carry the logical names on the left.
+  # Logical axis -> mesh axes. Activations and the batch carry the activation_* names, parameters the others.
   config.mesh.rules = d.mesh.rules
   return config
 

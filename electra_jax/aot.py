@@ -175,8 +175,7 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
   batch_size = -(-batch_size // shards) * shards
 
   def lower():
-    state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                         jax.eval_shape(run.init_fn, ABSTRACT_KEY), run.state_shardings)
+    state = run.abstract_state()
     batch = {k: jax.ShapeDtypeStruct((batch_size, length), jnp.int32, sharding=run.batch_sharding)
              for k in ('input_ids', 'segment_ids', 'input_mask')}
     batch['labels'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32, sharding=run.batch_sharding)

@@ -214,6 +214,8 @@ def _reason(error: Exception) -> str:
   first = str(error).strip().splitlines()[0] if str(error).strip() else ''
   if isinstance(error, _Damaged):
     return first
+  # tensorstore's errors carry the OS error only in their text (no errno attribute, no public accessor), e.g.
+  # "... No space left on device [os_error_code='28']"; test_faults' full-tmpfs test pins that text.
   code = re.search(r"os_error_code='(\d+)'", first)
   number = int(code.group(1)) if code else getattr(error, 'errno', None)
   advice = fileio.advice(number) if number else ''
@@ -238,10 +240,20 @@ def _ignore_late_callbacks_of_failed_reads():
   sys.unraisablehook = hook
 
 
-_ignore_late_callbacks_of_failed_reads()
-# A write that fails (a full disk) leaves some of orbax's fragment-writing coroutines never awaited; Python reports
-# each when it collects them, at exit, after the run's one error line, which already says what failed and what to do.
-warnings.filterwarnings('ignore', message=r"coroutine '.*write_fragment' was never awaited", category=RuntimeWarning)
+def quiet_failures():
+  """Keeps a failed checkpoint read or write to the one error line Checkpointer raises: drops the reports orbax,
+  tensorstore and asyncio print about it afterwards (see below). Process-wide, so a command's entry point calls it
+  (cli.run does), not the import of this module; calling it again changes nothing."""
+  _ignore_late_callbacks_of_failed_reads()
+  # A write that fails (a full disk) leaves some of orbax's fragment-writing coroutines never awaited; Python reports
+  # each when it collects them, at exit, after the run's one error line, which already says what failed and what to
+  # do.
+  warnings.filterwarnings('ignore', message=r"coroutine '.*write_fragment' was never awaited",
+                          category=RuntimeWarning)
+  for name in ('absl', 'asyncio'):  # orbax logs through absl.logging; asyncio reports its unretrieved futures
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _OrbaxTracebacks) for f in logger.filters):
+      logger.addFilter(_OrbaxTracebacks())
 
 
 class _OrbaxTracebacks(logging.Filter):
@@ -257,10 +269,6 @@ class _OrbaxTracebacks(logging.Filter):
     if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
       return True
     return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
-
-
-for _logger in ('absl', 'asyncio'):  # orbax logs through absl.logging; asyncio reports its unretrieved futures
-  logging.getLogger(_logger).addFilter(_OrbaxTracebacks())
 
 
 def load_config(workdir) -> config_lib.TrainConfig:

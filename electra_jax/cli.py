@@ -6,6 +6,8 @@ and `electra_jax.experiments.compare` use it.
 import ast
 import difflib
 import functools
+import glob
+import importlib.util
 import os
 import re
 import runpy
@@ -13,6 +15,7 @@ import sys
 import tokenize
 
 from absl import flags
+import jax
 
 from electra_jax import checkpoint, config, config_files, data, fileio, trainer
 
@@ -105,11 +108,37 @@ def _load_config(filename: str):
     return {}
 
 
-def run(fn, *args):
-  """fn(*args), with a USER_ERRORS exception or a file-system error printed as `error: ...`, exit status 1."""
+def setup():
+  """What a command sets up for the whole process before it runs: the platform JAX starts on (`_cpu_only_with_libtpu`)
+  and the checkpointer's quiet failures (`checkpoint.quiet_failures`). Here, not at import, so that importing
+  electra_jax (a notebook, another program) changes nothing global. `run` calls it."""
+  if _cpu_only_with_libtpu():
+    os.environ['JAX_PLATFORMS'] = 'cpu'  # for the processes this one starts, as for itself
+    jax.config.update('jax_platforms', 'cpu')  # read when JAX starts its backends, at the first use of a device
+  checkpoint.quiet_failures()
+
+
+def _cpu_only_with_libtpu() -> bool:
+  """True on a machine where only the CPU can run JAX although libtpu is installed (the test extra brings it for
+  the compile-only TPU test). JAX would then probe for TPU chips when it starts and print libtpu's errors."""
+  if 'JAX_PLATFORMS' in os.environ or importlib.util.find_spec('libtpu') is None:
+    return False
+  if importlib.util.find_spec('jax_plugins') is not None:  # a GPU (or other) PJRT plugin: let JAX choose
+    return False
+  for vendor in glob.glob('/sys/bus/pci/devices/*/vendor'):  # TPU chips are Google (0x1ae0) PCI devices
+    with open(vendor, encoding='ascii') as f:
+      if f.read().strip() == '0x1ae0':
+        return False
+  return True
+
+
+def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
+  """fn(*args), with a USER_ERRORS exception (or one of the command's own `errors`) or a file-system error printed as
+  `error: ...`, exit status 1. Every command's entry point goes through it (and so through `setup`)."""
+  setup()
   try:
     return fn(*args)
-  except USER_ERRORS as e:
+  except USER_ERRORS + errors as e:
     print(f'error: {e}', file=sys.stderr)
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     print(f'error: {fileio.describe(e)}', file=sys.stderr)

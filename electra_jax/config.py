@@ -217,9 +217,15 @@ AXES = ('data', 'fsdp', 'tensor')
 class MeshConfig:
   """Devices along each of AXES, and the rules mapping logical axis names to them."""
   shape: tuple = (-1, 1, 1)
-  # Logical axis -> mesh axes, a priority list (see electra_jax.sharding).
+  # Logical axis -> mesh axes, a priority list (see electra_jax.sharding). Activations and the batch carry the
+  # activation_* names, parameters the others, so that the order of the rules cannot move an activation.
   rules: tuple = (
-      ('batch', ('data', 'fsdp')),
+      ('activation_batch', ('data', 'fsdp')),
+      ('activation_length', None),
+      ('activation_embed', None),
+      ('activation_heads', 'tensor'),
+      ('activation_mlp', 'tensor'),
+      ('activation_vocab', 'tensor'),
       ('vocab', 'tensor'),
       ('heads', 'tensor'),
       ('mlp', 'tensor'),
@@ -234,6 +240,9 @@ class MeshConfig:
       raise ConfigError(f'mesh.shape takes {len(AXES)} integers for {AXES}, e.g. -1,1,1; got {self.shape}') from None
     object.__setattr__(self, 'rules', tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                                             for name, axes in self.rules))
+    if any(name in ('batch', 'length') for name, _ in self.rules):
+      raise ConfigError("mesh.rules name 'batch' or 'length', which electra_jax no longer uses: the batch and "
+                        "activations are 'activation_batch', 'activation_length', ... (see configs/default.py)")
     if len(self.shape) != len(AXES) or list(self.shape).count(-1) > 1:
       raise ConfigError(f'mesh.shape must have {len(AXES)} entries for {AXES} with at most one -1, '
                         f'got {self.shape}')

@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from electra_jax import checkpoint, data, fileio, hf_tokenizer, optimizer
+from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, optimizer
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra, fold_embeddings_delta
@@ -567,22 +567,19 @@ def main(argv=None):
 
   warnings.simplefilter('always', ConversionWarning)
   warnings.showwarning = lambda message, *_: print(f'warning: {message}', file=sys.stderr)
-  try:
-    if args.from_hf:
-      import_hf(args.from_hf, args.out, generator_dir=args.from_hf_generator, seed=args.seed)
-      print(f'wrote {fileio.path(args.out)}')
-    elif args.from_tf:
-      import_tf(args.from_tf, args.out, vocab=args.vocab, seed=args.seed)
-      print(f'wrote {fileio.path(args.out)}')
-    else:
-      export_hf(args.checkpoint, args.to_hf, step=args.step)
-      print(f'wrote {fileio.path(args.to_hf) / DISC} and {fileio.path(args.to_hf) / GEN}')
-  except (ConversionError, config_lib.ConfigError, data.DataError, checkpoint.CheckpointError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
-  except fileio.storage_errors() as e:
-    print(f'error: {fileio.describe(e)}', file=sys.stderr)
-    sys.exit(1)
+  cli.run(_convert, args, errors=(ConversionError,))
+
+
+def _convert(args):
+  if args.from_hf:
+    import_hf(args.from_hf, args.out, generator_dir=args.from_hf_generator, seed=args.seed)
+    print(f'wrote {fileio.path(args.out)}')
+  elif args.from_tf:
+    import_tf(args.from_tf, args.out, vocab=args.vocab, seed=args.seed)
+    print(f'wrote {fileio.path(args.out)}')
+  else:
+    export_hf(args.checkpoint, args.to_hf, step=args.step)
+    print(f'wrote {fileio.path(args.to_hf) / DISC} and {fileio.path(args.to_hf) / GEN}')
 
 
 if __name__ == '__main__':

@@ -12,14 +12,12 @@ older transformers ship) or WORKDIR/tokenizer.json (WordPiece, what transformers
 import argparse
 import functools
 import json
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import checkpoint, data, fileio
-from electra_jax import config as config_lib
+from electra_jax import checkpoint, cli, data, fileio
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
 
@@ -96,14 +94,7 @@ def main(argv=None):
   parser.add_argument('--json', action='store_true', help='print [{"token": ..., "p_replaced": ...}, ...]')
   parser.add_argument('text', nargs='+', help='the text (several arguments are joined by spaces)')
   args = parser.parse_args(argv)
-  try:
-    rows = Detector(args.checkpoint, args.step)(' '.join(args.text))
-  except (DetectError, checkpoint.CheckpointError, config_lib.ConfigError, data.DataError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
-  except fileio.storage_errors() as e:
-    print(f'error: {fileio.describe(e)}', file=sys.stderr)
-    sys.exit(1)
+  rows = cli.run(lambda: Detector(args.checkpoint, args.step)(' '.join(args.text)), errors=(DetectError,))
   print(json.dumps(rows, ensure_ascii=False) if args.json else format_table(rows))
 
 

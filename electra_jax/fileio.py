@@ -34,6 +34,7 @@ import uuid
 from typing import Iterable
 
 from etils import epath
+import fsspec.core
 
 COPY_BLOCK = 16 << 20
 
@@ -65,8 +66,7 @@ def _filesystem(location: str):
   It is the instance epath.Path uses (orbax's paths, ours): fsspec caches directory listings per instance, and
   with a second instance a directory one of them changed would be listed as it was by the other.
   """
-  fs = epath.backend.fsspec_backend.fs(location)
-  return fs, fs._strip_protocol(location)  # pylint: disable=protected-access  (what fsspec.core.url_to_fs calls)
+  return epath.backend.fsspec_backend.fs(location), fsspec.core.strip_protocol(location)
 
 
 def list_files(location: str) -> list[str]:

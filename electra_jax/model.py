@@ -4,8 +4,10 @@ Parameter names follow Hugging Face's `ElectraForPreTraining` / `ElectraForMaske
 `electra_jax.convert`), e.g. `discriminator/encoder/layer_3/attention/self/query/kernel` is
 `electra.encoder.layer.3.attention.self.query.weight` (transposed). Every parameter carries logical axis names
 (`vocab`, `embed`, `token_embed`, `heads`, `mlp`) that `electra_jax.sharding` maps onto the device mesh, and so do
-the key activations (`batch`, `length`, `embed`, `heads`, `mlp`, `vocab`) through `nn.with_logical_constraint`:
-no-ops unless the rules and a mesh are active while tracing (`electra_jax.sharding.activate`).
+the key activations, under names of their own (`activation_batch`, `activation_length`, `activation_embed`,
+`activation_heads`, `activation_mlp`, `activation_vocab`, as in MaxText) so that how the rules split a weight never
+moves an activation, through `nn.with_logical_constraint`: no-ops unless the rules and a mesh are active while
+tracing (`electra_jax.sharding.activate`).
 
 Mixed precision: with `dtype='bfloat16'` activations and matmuls are bf16 while parameters stay float32; attention
 scores and softmax, the generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
@@ -107,7 +109,7 @@ class Embeddings(nn.Module):
     x = (self.word_embeddings(input_ids) + self.position_embeddings(jnp.arange(length))[None]
          + self.token_type_embeddings(segment_ids))
     x = self.dropout(self.LayerNorm(x), _rows(rows, input_ids), deterministic=deterministic)
-    return constrain(x, ('batch', 'length', 'token_embed'))
+    return constrain(x, ('activation_batch', 'activation_length', 'activation_embed'))
 
   def attend(self, x):
     """[batch, P, embedding_size] -> [batch, P, vocab] float32 logits against the word-embedding table (tying).
@@ -117,7 +119,7 @@ class Embeddings(nn.Module):
     """
     table = jnp.asarray(self.word_embeddings.embedding, self.config.dtype)
     logits = jnp.einsum('bpe,ve->bpv', x.astype(self.config.dtype), table, preferred_element_type=jnp.float32)
-    return constrain(logits, ('batch', 'length', 'vocab'))
+    return constrain(logits, ('activation_batch', 'activation_length', 'activation_vocab'))
 
 
 class ZerosLike(nn.Module):
@@ -162,15 +164,17 @@ class SelfAttention(nn.Module):
     c, t = self.config, self.tower
     batch, length = attention_bias.shape[0], attention_bias.shape[-1]
     head_dim = t.hidden_size // t.num_heads
-    split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim), ('batch', 'length', 'heads', None))
+    split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim),
+                                ('activation_batch', 'activation_length', 'activation_heads', None))
     q, k, v = (split(dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
         jnp.float32(head_dim))
-    probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), ('batch', 'heads', 'length', None))
+    probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1),
+                      ('activation_batch', 'activation_heads', 'activation_length', None))
     probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
     context = jnp.einsum('bhqk,bkhd->bqhd', probs, v).reshape(x.shape[0], t.hidden_size)
-    return constrain(context, ('batch', 'heads'))
+    return constrain(context, ('activation_batch', 'activation_heads'))
 
 
 class Output(nn.Module):
@@ -184,7 +188,7 @@ class Output(nn.Module):
     """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]."""
     x = dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x)
     x = Dropout(self.config.dropout_rate)(x, rows, deterministic=deterministic)
-    return constrain(layer_norm(self.config, 'embed')(x + residual), ('batch', 'embed'))
+    return constrain(layer_norm(self.config, 'embed')(x + residual), ('activation_batch', 'activation_embed'))
 
 
 class Attention(nn.Module):
@@ -205,7 +209,7 @@ class Intermediate(nn.Module):
   @nn.compact
   def __call__(self, x):
     return constrain(gelu(dense(self.tower.intermediate_size, self.config, ('embed', 'mlp'), 'dense')(x)),
-                     ('batch', 'mlp'))
+                     ('activation_batch', 'activation_mlp'))
 
 
 class Layer(nn.Module):
@@ -232,7 +236,7 @@ class Encoder(nn.Module):
 
     The layers see the tokens as one [batch * length, hidden] matrix: the same math, but XLA:CPU runs the
     backward pass of 2-D matmuls about twice as fast as that of [batch, length, hidden] ones. Its first axis is
-    named 'batch': the rows of one sequence stay together, so it splits over devices as the batch does.
+    named 'activation_batch': the rows of one sequence stay together, so it splits over devices as the batch does.
 
     With `config.scan_layers` one `nn.scan` runs the layers, whose parameters are stacked in `layers` ([num_layers,
     ...] arrays, see `unstack_layers`): the compiler sees one layer instead of num_layers copies. Each layer then
@@ -242,7 +246,7 @@ class Encoder(nn.Module):
     rows = _rows(rows, input_mask)
     attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
     block = nn.remat(Layer, static_argnums=(3,)) if self.config.remat else Layer
-    h = constrain(x.reshape(-1, x.shape[-1]), ('batch', 'embed'))
+    h = constrain(x.reshape(-1, x.shape[-1]), ('activation_batch', 'activation_embed'))
     if self.config.scan_layers:
       step = lambda layer, carry, bias, r: (layer(carry, bias, deterministic, r), None)
       scanned = nn.scan(step, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
@@ -252,7 +256,8 @@ class Encoder(nn.Module):
     else:
       for i in range(self.tower.num_layers):
         h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
-    return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)), ('batch', 'length', 'embed'))
+    return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)),
+                     ('activation_batch', 'activation_length', 'activation_embed'))
 
 
 def unstack_layers(params):
@@ -322,10 +327,11 @@ class DiscriminatorHead(nn.Module):
   @nn.compact
   def __call__(self, x):
     x = gelu(dense(self.config.hidden_size, self.config, ('embed', 'mlp'), 'dense')(x))
-    x = constrain(x, ('batch', 'length', 'mlp'))
+    x = constrain(x, ('activation_batch', 'activation_length', 'activation_mlp'))
     # The H -> 1 projection is cheap: float32 keeps the logit (and the loss) exact under bfloat16.
     f32 = dataclasses.replace(self.config, dtype='float32')
-    return constrain(dense(1, f32, ('mlp', None), 'dense_prediction', glorot=True)(x)[..., 0], ('batch', 'length'))
+    return constrain(dense(1, f32, ('mlp', None), 'dense_prediction', glorot=True)(x)[..., 0],
+                     ('activation_batch', 'activation_length'))
 
 
 class Generator(_Tower):

@@ -19,7 +19,8 @@ SUMMARY_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accurac
 def is_chief() -> bool:
   """Whether this is process 0 (or the only process). Read from jax.distributed's state rather than
   jax.process_index(), which would start JAX's backend and claim the accelerators: the data command line, which
-  needs none, announces its stages too."""
+  needs none, announces its stages too. jax has no public way to ask that does not start the backend, hence the
+  private global_state; tests/test_report.py pins it (test_is_chief_reads_jax_without_starting_a_backend)."""
   try:
     from jax._src import distributed  # pylint: disable=g-import-not-at-top
     return distributed.global_state.process_id == 0

@@ -5,9 +5,12 @@ name to mesh axes ('data', 'fsdp', 'tensor'). Data parallelism is the mesh (-1, 
 on 'fsdp' (parameters and optimiser state split over it, the batch over data x fsdp); tensor (Megatron-style)
 parallelism on 'tensor' (heads, FFN and vocabulary split over it). Nothing else in the code knows which is in use.
 
-The rules are a priority list (flax `logical_to_mesh_axes`): an array dimension takes its rule's mesh axes only if
-no earlier dimension of the same array took them. Activations are [batch, ..., embed]: 'batch' takes data and fsdp
-first, so the 'embed' of an activation stays whole while the 'embed' of a parameter is split over fsdp.
+Activations and inputs have logical names of their own ('activation_batch', 'activation_embed', ...; parameters
+have 'embed', 'mlp', ...), as in MaxText: the rules are a priority list (flax `logical_to_mesh_axes`, a dimension
+takes its rule's mesh axes only if no earlier dimension of the array took them), and with shared names an
+activation's 'embed' stayed whole only because 'batch' came first and took fsdp. Apart, no activation name shares
+a mesh axis with another dimension of the same activation, so the order of the rules cannot reshard activations
+(tests/test_sharding.py permutes them).
 """
 
 import contextlib
@@ -23,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from electra_jax.config import AXES, ConfigError, MeshConfig
 
-BATCH = ('batch', 'length')  # logical axes of every [batch, length] input array
+BATCH = ('activation_batch', 'activation_length')  # logical axes of every [batch, length] input array
 
 
 def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
@@ -90,20 +93,21 @@ def logical_shardings(mesh, rules, logical_tree) -> Any:
   return shardings
 
 
-def batch_sharding(mesh, rules) -> NamedSharding:
-  """Sharding of a [batch, length] input: the batch split over the axes 'batch' maps to."""
-  return NamedSharding(mesh, nn.logical_to_mesh_axes(BATCH, rules))
+def batch_sharding(mesh, rules, axes=BATCH) -> NamedSharding:
+  """Sharding of a [batch, length] input (of a [batch, ...] one with axes=BATCH[:1]): the batch split over the
+  axes 'activation_batch' maps to."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(axes, rules))
 
 
-def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1):
+def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1, name: str = 'batch_size'):
   """Raises ConfigError unless every micro-batch splits evenly over the devices the batch is sharded on, and the
-  processes each feed their own rows."""
+  processes each feed their own rows. `name`: the config key that gave `batch_size`."""
   spec = batch_sharding(mesh, rules).spec
   devices = axis_size(mesh, spec[0] if spec else None)
   if batch_size % (grad_accum_steps * devices):
-    raise ConfigError(f'batch_size {batch_size} must be a multiple of grad_accum_steps ({grad_accum_steps}) x the '
-                      f'{devices} devices the batch is split over (mesh axes {spec[0] if spec else None}, mesh '
-                      f'{dict(mesh.shape)})')
+    accumulation = f'grad_accum_steps ({grad_accum_steps}) x ' if grad_accum_steps > 1 else ''
+    raise ConfigError(f'{name} {batch_size} must be a multiple of {accumulation}the {devices} devices the batch is '
+                      f'split over (mesh axes {spec[0] if spec else None}, mesh {dict(mesh.shape)})')
   if jax.process_count() > 1 and devices % jax.process_count():
     raise ConfigError(f'{jax.process_count()} processes each feed their own rows, so the batch must be split over '
                       f'a multiple of {jax.process_count()} devices; it is split over {devices} (mesh '

@@ -10,21 +10,16 @@ import dataclasses
 import functools
 from typing import Any
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from electra_jax import frozen, masking, objective, optimizer, sharding
+from electra_jax import frozen, masking, objective, optimizer, scaffold, sharding
 from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra
-
-
-# The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
-# a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
-ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+from electra_jax.scaffold import ABSTRACT_KEY
 
 
 @flax.struct.dataclass
@@ -167,21 +162,24 @@ class Pretraining:
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     if objective.get(c.objective.name).frozen_generator:  # Fast-ELECTRA: another run's MLM, never updated
       self.model, self.tx = frozen.model(c), frozen.optimizer(self.tx)
-    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
-                                                      jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
+    self.state_shardings = scaffold.state_shardings(self.mesh, c.mesh.rules, self._init_boxed)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
                              grad_accum_steps=c.grad_accum_steps)
-    replicated = sharding.replicated(self.mesh)
-    self._step = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
-                         out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+    self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
 
-  def step_fn(self, state: TrainState, batch, rng):
-    """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
+  def check_batch(self):
+    """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.
+
+    Not when the run is built: what only reads its shapes (restoring a checkpoint, converting) needs no batch."""
     if not self._batch_checked:
       sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
       self._batch_checked = True
+
+  def step_fn(self, state: TrainState, batch, rng):
+    """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
+    self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step(state, batch, rng)
 
@@ -201,14 +199,11 @@ class Pretraining:
 
   def init_state(self, rng) -> TrainState:
     """Initialises the state directly into its shardings (no full copy on one host)."""
-    init = jax.jit(lambda r: nn.meta.unbox(self._init_boxed(r)), out_shardings=self.state_shardings)
-    return init(jax.random.key_data(rng))
+    return scaffold.init_fn(self._init_boxed, self.state_shardings)(jax.random.key_data(rng))
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
-    shapes = jax.eval_shape(lambda r: nn.meta.unbox(self._init_boxed(r)), ABSTRACT_KEY)
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                        shapes, self.state_shardings)
+    return scaffold.abstract_state(self._init_boxed, self.state_shardings)
 
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
     shape = (self.config.batch_size, self.config.data.max_seq_length)
@@ -220,6 +215,6 @@ class Pretraining:
 
   def lower(self):
     """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
-    sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
+    self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())

@@ -12,11 +12,10 @@ import sys
 import time
 
 import jax
-import tqdm
 
 from electra_jax import config as config_lib
 from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
-                         report, sharding)
+                         report, scaffold, sharding)
 from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -88,8 +87,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
   mesh = sharding.make_mesh(c.mesh)
-  sharding.check_batch(mesh, c.mesh.rules, c.batch_size, c.grad_accum_steps)
   run = Pretraining(c, tokenizer.special, mesh)
+  run.check_batch()  # before anything is written; the compile and the step do not check again
   examples = data.load_examples(data_config, tokenizer, seed=c.seed, process_index=jax.process_index(),
                                 process_count=jax.process_count())
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
@@ -136,8 +135,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
                                    else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
   writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
-  progress = tqdm.tqdm(total=c.train_steps, initial=start, desc='pre-training', unit='step', dynamic_ncols=True,
-                       disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  progress = scaffold.progress_bar(c.train_steps, start, 'pre-training')
   total, previous, last = None, None, {}
   log_start, log_step = time.time(), start
   step = start

@@ -92,10 +92,10 @@ def test_report_says_what_to_change_when_it_does_not_fit():
 
 def test_plain_runs_do_not_probe_for_a_tpu():
   """With libtpu installed, JAX on a machine without TPU chips would print libtpu's start-up errors; importing
-  electra_jax first tells JAX it has only the CPU (electra_jax/__init__.py)."""
+  a command's setup (cli.setup, which cli.run calls) first tells JAX it has only the CPU."""
   # Not the settings the tests or electra_jax.aot (imported above) made for this process.
   env = {k: v for k, v in os.environ.items()
          if k not in ('JAX_PLATFORMS', 'XLA_FLAGS', 'ALLOW_MULTIPLE_LIBTPU_LOAD') and not k.startswith('TPU_')}
-  done = subprocess.run([sys.executable, '-c', 'import electra_jax, jax; print(jax.default_backend())'], env=env,
+  done = subprocess.run([sys.executable, '-c', 'from electra_jax import cli; import jax; cli.setup(); print(jax.default_backend())'], env=env,
                         capture_output=True, text=True, check=True, timeout=120)
   assert done.stdout.strip() == 'cpu' and done.stderr == ''

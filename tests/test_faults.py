@@ -274,6 +274,7 @@ def test_unretrieved_failed_writes_are_not_printed_after_the_error_line(capfd):
   import asyncio  # pylint: disable=g-import-not-at-top
   import gc  # pylint: disable=g-import-not-at-top
   import logging  # pylint: disable=g-import-not-at-top
+  checkpoint.quiet_failures()  # what every command's cli.run sets up
   logging.getLogger('asyncio').addHandler(handler := logging.StreamHandler())
   try:
     loop = asyncio.new_event_loop()

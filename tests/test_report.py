@@ -97,3 +97,12 @@ def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, 
     jax.monitoring.record_event(report.CACHE_HIT)  # what JAX records when the cache has the program
   assert capsys.readouterr().err == ('compiling the train step...\ncompiled in 2.5 s\n'
                                      'compiling the train step...\ncompiled in 1.5 s (from the compilation cache)\n')
+
+
+def test_is_chief_reads_jax_without_starting_a_backend():
+  """report.is_chief reads jax's private jax._src.distributed.global_state (no public call gives the process id
+  without starting the backend): this fails when a jax upgrade moves it, and is_chief would fall back to
+  jax.process_index()."""
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  assert distributed.global_state.process_id == 0
+  assert report.is_chief()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-from electra_jax import optimizer, sharding
+from electra_jax import model as model_lib, optimizer, sharding
 from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
 
@@ -140,3 +140,31 @@ def test_activations_are_constrained_while_tracing():
   constraints = [line for line in text.splitlines() if 'sharding_constraint' in line or '@Sharding' in line]
   assert len(constraints) > 20
   assert any('128x64' in line and '"tensor"' in line and '"fsdp"' in line for line in constraints)
+
+
+def test_rule_order_does_not_move_activations(monkeypatch):
+  """Activations carry names of their own (activation_*), never a parameter's: each activation dimension gets the
+  same mesh axes whatever order the rules are listed in. With shared names, listing ('embed', 'fsdp') before
+  ('batch', ...) would move fsdp from an activation's batch to its hidden dimension."""
+  run = setup.pretraining((2, 2, 2))
+  seen = set()
+
+  def record(x, names):
+    seen.add(tuple(names))
+    return x
+
+  monkeypatch.setattr(model_lib, 'constrain', record)
+  jax.eval_shape(run._init_boxed, jax.random.key_data(jax.random.PRNGKey(0)))  # pylint: disable=protected-access
+  assert len(seen) >= 8
+  assert {name for names in seen for name in names} - {None} <= {
+      'activation_batch', 'activation_length', 'activation_embed', 'activation_heads', 'activation_mlp',
+      'activation_vocab'}
+  rules = list(run.config.mesh.rules)
+  expected = {names: nn.logical_to_mesh_axes(names, rules) for names in seen}
+  assert expected[('activation_batch', 'activation_mlp')] == PartitionSpec(('data', 'fsdp'), 'tensor')
+  assert expected[('activation_batch', 'activation_embed')] == PartitionSpec(('data', 'fsdp'), None)
+  orders = [rules[::-1]] + [list(np.random.default_rng(seed).permutation(len(rules))) for seed in range(20)]
+  for order in orders:
+    permuted = order if order is orders[0] else [rules[i] for i in order]
+    for names in seen:
+      assert nn.logical_to_mesh_axes(names, permuted) == expected[names], (names, permuted)

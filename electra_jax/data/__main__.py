@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from electra_jax import data, fileio
+from electra_jax import cli, data, fileio
 from electra_jax.data import build as build_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -168,14 +168,7 @@ def parse_args(argv):
 
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  try:
-    args.function(args)
-  except data.DataError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
-  except fileio.storage_errors() as e:
-    print(f'error: {fileio.describe(e)}', file=sys.stderr)
-    sys.exit(1)
+  cli.run(args.function, args)
 
 
 if __name__ == '__main__':

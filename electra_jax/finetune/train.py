@@ -19,16 +19,14 @@ import random
 import sys
 from typing import Any, Callable
 
-import flax.linen as nn
 import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-import tqdm
 
-from electra_jax import checkpoint, data, fileio, sharding
+from electra_jax import checkpoint, data, fileio, scaffold, sharding
 from electra_jax import metrics as metrics_lib
 from electra_jax.checkpoint import Checkpointer, CheckpointError
 from electra_jax.config import ConfigError, ModelConfig
@@ -38,7 +36,7 @@ from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
 from electra_jax.model import fold_embeddings_delta
 from electra_jax.preemption import StopSignal
-from electra_jax.train_step import ABSTRACT_KEY, TrainState
+from electra_jax.train_step import TrainState
 from electra_jax.trainer import TrainingError
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
@@ -89,20 +87,17 @@ class Finetuning:
     c = self.config
     self.tx, self.schedule = optimizer_lib.make_optimizer(c.optimizer, self.model.config.num_layers,
                                                           self.total_steps)
-    self.state_shardings = sharding.logical_shardings(self.mesh, c.mesh.rules,
-                                                      jax.eval_shape(self._init_boxed, ABSTRACT_KEY))
-    # Every input array is split along its first (batch) dimension only.
-    batch_axes = nn.logical_to_mesh_axes(('batch',), c.mesh.rules)
-    self.batch_sharding = jax.sharding.NamedSharding(self.mesh, batch_axes)
-    replicated = sharding.replicated(self.mesh)
+    self.state_shardings = scaffold.state_shardings(self.mesh, c.mesh.rules, self._init_boxed)
+    # Every input array is split along its first (batch) dimension only: labels are [batch].
+    self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules, axes=sharding.BATCH[:1])
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              squad_config=c.squad)
-    self.step_fn = jax.jit(step, in_shardings=(self.state_shardings, self.batch_sharding, replicated),
-                           out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+    self.step_fn = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self.eval_fn = jax.jit(functools.partial(predict.eval_step, model=self.model),
-                           in_shardings=(self.state_shardings.params, self.batch_sharding), out_shardings=replicated)
+                           in_shardings=(self.state_shardings.params, self.batch_sharding),
+                           out_shardings=sharding.replicated(self.mesh))
     # Compiled once, for every seed.
-    self.init_fn = jax.jit(lambda rng: nn.meta.unbox(self._init_boxed(rng)), out_shardings=self.state_shardings)
+    self.init_fn = scaffold.init_fn(self._init_boxed, self.state_shardings)
 
   def _init_boxed(self, rng):
     ids = jnp.zeros((1, 16), jnp.int32)
@@ -112,9 +107,7 @@ class Finetuning:
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
-    shapes = jax.eval_shape(self.init_fn, jax.random.key_data(jax.random.PRNGKey(0)))
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                        self.state_shardings)
+    return scaffold.abstract_state(self._init_boxed, self.state_shardings)
 
   def init_state(self, rng, pretrained=None) -> TrainState:
     """A fresh sharded state; `pretrained` {'embeddings', 'discriminator'} params replace the initial ones."""
@@ -128,14 +121,7 @@ class Finetuning:
     return TrainState(state.step, params, state.opt_state)
 
   def check_batch_size(self, batch_size: int, name: str):
-    shards = int(np.prod([self.mesh.shape[a] for a in _axes(self.batch_sharding.spec[0])]))
-    if batch_size % (shards * jax.process_count()):
-      raise ConfigError(f'{name}={batch_size} must be divisible by the {shards} devices the batch is split over '
-                        f'(mesh {dict(self.mesh.shape)})')
-
-
-def _axes(entry) -> tuple:
-  return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    sharding.check_batch(self.mesh, self.config.mesh.rules, batch_size, name=name)
 
 
 def _take_pretrained(target, source, where: str):
@@ -261,8 +247,7 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
   batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed, jax.process_index(),
                                        jax.process_count(), start=start)
   end = run.total_steps if stop_after is None else min(run.total_steps, start + stop_after)
-  progress = tqdm.tqdm(total=run.total_steps, initial=start, desc=tag, unit='step', dynamic_ncols=True,
-                       disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  progress = scaffold.progress_bar(run.total_steps, start, tag)
   accumulate = jax.jit(metrics_lib.accumulate)
   total = None
   try:

@@ -1,0 +1,55 @@
+"""What pre-training (electra_jax.train_step, electra_jax.trainer) and fine-tuning (electra_jax.finetune.train)
+build alike around their step: the state's shardings and shapes, its sharded initialisation, the step jitted over
+the mesh, and the loop's progress bar.
+
+The batch is split as `sharding.batch_sharding` says and checked by `sharding.check_batch`; the loops stop on a
+signal, every host at the same step, through `preemption.StopSignal`.
+"""
+
+import sys
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import tqdm
+
+from electra_jax import sharding
+
+# The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
+# a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
+ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+# init_boxed(raw key) -> a fresh training state whose leaves are still boxed with their logical axis names.
+InitBoxed = Callable[[Any], Any]
+
+
+def state_shardings(mesh: jax.sharding.Mesh, rules, init_boxed: InitBoxed) -> Any:
+  """NamedShardings of the state `init_boxed` makes, from its logical axis names (nothing allocated)."""
+  return sharding.logical_shardings(mesh, rules, jax.eval_shape(init_boxed, ABSTRACT_KEY))
+
+
+def init_fn(init_boxed: InitBoxed, shardings) -> Callable[[jax.Array], Any]:
+  """`init_boxed` unboxed and jitted to write the state straight into `shardings` (no full copy on one host)."""
+  return jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=shardings)
+
+
+def abstract_state(init_boxed: InitBoxed, shardings) -> Any:
+  """Shapes, dtypes and shardings of the state, without allocating it (restoring checkpoints, compiling ahead)."""
+  shapes = jax.eval_shape(lambda rng: nn.meta.unbox(init_boxed(rng)), ABSTRACT_KEY)
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def jit_step(step: Callable, shardings, batch_sharding: jax.sharding.NamedSharding):
+  """`step(state, batch, rng) -> (state, metrics)` jitted over the mesh: the state stays in `shardings` and is
+  donated (updated in place), the batch is split as `batch_sharding` says, the key and the metrics replicated."""
+  replicated = sharding.replicated(batch_sharding.mesh)
+  return jax.jit(step, in_shardings=(shardings, batch_sharding, replicated), out_shardings=(shardings, replicated),
+                 donate_argnums=(0,))
+
+
+def progress_bar(total: int, initial: int, desc: str) -> tqdm.tqdm:
+  """Steps done out of `total`, on process 0 only: redrawn every second on a terminal, every 30 s into a log file
+  (each redraw there is a line)."""
+  return tqdm.tqdm(total=total, initial=initial, desc=desc, unit='step', dynamic_ncols=True,
+                   disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
