@@ -193,7 +193,7 @@ def test_config_files_hold_the_dataclass_defaults(module, cls):
   assert importlib.import_module(f'configs.{module}').get_config().to_dict() == config_lib.defaults(cls)
   # The two disagreements there were: the dataclasses now hold what the config files always gave.
   assert config_lib.defaults(cls)['model']['dtype'] == 'auto'
-  assert dict(config_lib.defaults(cls)['mesh']['rules'])['batch'] == ('data', 'fsdp')
+  assert dict(config_lib.defaults(cls)['mesh']['rules'])['activation_batch'] == ('data', 'fsdp')
 
 
 def _dataclasses(cls):
@@ -260,3 +260,9 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_key_type_and_value(overrid
   result = _command('electra_jax.main', '--config=configs/tiny.py', f'--workdir={tmp_path}', override)
   assert result.returncode == 2 and result.stderr == f'error: {message}\n'
   assert not os.listdir(tmp_path)
+
+
+def test_rules_with_the_old_batch_name_are_refused():
+  """A config from before the activation_* names would leave the batch unsplit without a word: refused instead."""
+  with pytest.raises(config_lib.ConfigError, match="activation_batch"):
+    config_lib.MeshConfig(rules=(('batch', ('data', 'fsdp')), ('embed', 'fsdp')))
