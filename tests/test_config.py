@@ -12,7 +12,7 @@ import pytest
 from electra_jax import config as config_lib
 from electra_jax import sharding
 from configs import default
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import override  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'configs')

@@ -12,8 +12,8 @@ from flax import traverse_util
 
 from configs import default
 from configs import finetune as finetune_config
-from conftest import WORDS, make_corpus, override  # pylint: disable=g-bad-import-order
-from electra_jax import checkpoint, config as config_lib, continued, convert, finetune, masking, sharding, trainer
+from helpers import SPECIAL, WORDS, make_corpus, override  # pylint: disable=g-bad-import-order
+from electra_jax import checkpoint, config as config_lib, continued, convert, finetune, sharding, trainer
 from electra_jax.config import ModelConfig
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
@@ -220,7 +220,7 @@ def test_init_optimizer_takes_the_moments_and_restarts_the_schedule(tmp_path):
   values = _continue_config('', '', '', **{'optimizer.bias_correction': True})
   values.model.update(TF_MODEL)
   config = config_lib.load(values)
-  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1), sharding.make_mesh(config.mesh))
+  run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
   source = run.init_state(jax.random.PRNGKey(1))
   # A source 7 steps in: moments and counts that are not a fresh optimiser's.
   opt_state = jax.tree.map(lambda x: x + 7 if x.dtype == np.int32 else x + 0.5, source.opt_state)

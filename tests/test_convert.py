@@ -17,6 +17,7 @@ from electra_jax import checkpoint, convert, masking, objective, sharding  # pyl
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from electra_jax.train_step import Pretraining
+from helpers import CONVERT_MODEL, SPECIAL, random_params  # pylint: disable=g-bad-import-order,g-import-not-at-top
 
 VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
     'the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank water food '
@@ -95,13 +96,6 @@ def our_logits(model_config, params, ids, segments, mask):
   return tuple(np.asarray(x) for x in _forward(params, ids, segments, mask, config=model_config))
 
 
-def random_params(model_config, seed=0):
-  """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(lambda s: rng.normal(0, 0.1, s.shape).astype(np.float32),
-                      checkpoint.abstract_params(Electra(model_config)))
-
-
 def assert_logits_close(ours, theirs, mask):
   real = mask > 0
   for a, b in zip(ours[:2], theirs):
@@ -152,7 +146,7 @@ def test_import_hf_pair_gives_transformers_logits(imported):
 @pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_import_is_a_train_state_the_trainer_resumes_from(imported):
   config = checkpoint.load_config(imported['workdir'])
-  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=MASK, unk=1), sharding.make_mesh(config.mesh))
+  run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
   checkpointer = checkpoint.Checkpointer(imported['workdir'])
   state, data_state = checkpointer.restore(0, run.abstract_state())
   checkpointer.close()
@@ -209,9 +203,7 @@ def random_workdir(path, model_section, seed=0):
   return model, params
 
 
-MODEL_SECTION = dict(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
-                     intermediate_size=96, generator_hidden_fraction=0.5, generator_layers_fraction=0.5,
-                     max_position_embeddings=32)
+MODEL_SECTION = dict(CONVERT_MODEL, vocab_size=len(VOCAB))
 
 
 def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):

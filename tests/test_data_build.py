@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import make_corpus
+from helpers import make_corpus
 from electra_jax import data
 from electra_jax.data import BatchIterator, DataError, build, examples as examples_lib
 from electra_jax.data import __main__ as cli

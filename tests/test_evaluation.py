@@ -14,7 +14,7 @@ from electra_jax import config as config_lib, data, evaluation, sharding, traine
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import split as split_lib
 from electra_jax.train_step import Pretraining
-from conftest import WORDS, tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.usefixtures('compile_once')
 
@@ -114,11 +114,6 @@ def test_binned_auc_is_the_exact_auc_up_to_ties_within_a_bin():
   exact = np.mean((positive[:, None] > negative[None]) + 0.5 * (positive[:, None] == negative[None]))
   binned = evaluation.binned_auc(*evaluation.logit_histograms(logits, labels, np.ones_like(labels)))
   assert abs(binned - exact) < 2e-3 and 0.6 < exact < 0.9
-
-
-def read_metrics(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f]
 
 
 EVAL_KEYS = {'eval_loss', 'eval_gen_loss', 'eval_gen_accuracy', 'eval_disc_loss', 'eval_disc_accuracy',

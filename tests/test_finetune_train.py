@@ -13,43 +13,19 @@ import pytest
 import tensorflow_datasets as tfds
 
 from configs import finetune as finetune_config
-from conftest import WORDS
 from electra_jax import config as config_lib
 from electra_jax import data, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.finetune import predict, tasks, train
 from electra_jax.train_step import Pretraining
 from electra_jax.trainer import TrainingError
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
+from helpers import keyword_free_sentence, make_tsv_task, override
 
 # Many runs here share one tiny model: with a persistent compilation cache they compile it once.
 pytestmark = pytest.mark.usefixtures('compile_once')
 
-KEYWORD = 'happy'
 ANIMALS = ('cat', 'dog', 'bird')
-# Encoder dropout off: its random bits double the compile time of the step on CPU (the head keeps dropout 0.1).
-TINY_MODEL = dict(embedding_size=32, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
-                  max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
-                  attention_dropout_rate=0.0)
-
-
-def _sentence(rng):
-  return [rng.choice([w for w in WORDS if w != KEYWORD]) for _ in range(rng.randint(4, 9))]
-
-
-def make_tsv_task(directory, seed=0, sizes=(240, 80)):
-  """Label 'yes' iff the sentence contains the keyword (40% of sentences); majority baseline = 'no'."""
-  os.makedirs(directory, exist_ok=True)
-  rng = random.Random(seed)
-  for split, count in zip(('train', 'dev'), sizes):
-    with open(os.path.join(directory, f'{split}.tsv'), 'w', encoding='utf-8') as f:
-      f.write('label\tsentence\n')
-      for _ in range(count):
-        words, positive = _sentence(rng), rng.random() < 0.4
-        if positive:
-          words.insert(rng.randrange(len(words) + 1), KEYWORD)
-        f.write(f'{"yes" if positive else "no"}\t{" ".join(words)}\n')
-  return str(directory)
 
 
 def make_conll_task(directory, seed=0, sizes=(200, 60)):
@@ -194,7 +170,7 @@ def _squad_records(split, count, seed):
   rng = random.Random(seed)
   records = []
   for i in range(count):
-    words = _sentence(rng)
+    words = keyword_free_sentence(rng)
     answer = rng.choice(WORDS)
     words[rng.randrange(len(words)):0] = ['near', 'the', answer]
     context = ' '.join(words)

@@ -8,8 +8,8 @@ import pytest
 
 from electra_jax import masking
 from electra_jax.config import ObjectiveConfig
+from helpers import SPECIAL  # pylint: disable=g-bad-import-order
 
-SPECIAL = masking.SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 VOCAB = 50
 FIRST_WORD = 5  # ids 0..4 are special; 5.. are ordinary tokens
 

@@ -11,27 +11,11 @@ import pytest
 
 from electra_jax import objective
 from electra_jax.config import ModelConfig, ObjectiveConfig
-from electra_jax.masking import SpecialIds
 from electra_jax.model import Electra
+from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
+from helpers import stub_generator_logits as _gen_logits_from_targets
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
-V = 8  # ids 0..4 special, 5, 6, 7 words
 LOG2 = math.log(2.0)
-
-
-def _gen_logits_from_targets(targets):
-  """Stub generator: log-probabilities chosen so each cross-entropy and each argmax is known on paper.
-
-  For a target t in {5, 6}: p(t) = 1/4, p(c) = 1/2 for the other word c (5 <-> 6), the 6 remaining ids 1/24 each.
-  For t = 7: p(7) = 1/2, p(5) = 1/4, the rest 1/24 each. So CE = log 4 for 5 and 6, log 2 for 7, and the most
-  likely token is c (a replacement) for 5 and 6 but the original for 7.
-  """
-  t = targets[..., None]
-  vocab = jnp.arange(V)
-  c = jnp.where(t == 5, 6, 5)
-  probs = jnp.where(vocab == t, jnp.where(t == 7, 0.5, 0.25),
-                    jnp.where(vocab == c, jnp.where(t == 7, 0.25, 0.5), 1 / 24))
-  return jnp.log(probs)
 
 
 def _stub_apply(original, disc_fn):
@@ -51,11 +35,6 @@ def _loss(apply_fn, batch, config, rng=0):
   fn = jax.jit(functools.partial(objective.electra_loss, apply_fn, config=config, special=SPECIAL, vocab_size=V))
   loss, metrics = fn({}, {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(rng))
   return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
-
-
-def _batch(ids):
-  ids = np.asarray(ids, np.int32)
-  return {'input_ids': ids, 'segment_ids': np.zeros_like(ids), 'input_mask': (ids != 0).astype(np.int32)}
 
 
 @pytest.mark.parametrize('seed', [0, 1])

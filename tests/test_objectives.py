@@ -2,7 +2,7 @@
 
 The example batch (as in test_objective.py): with mask_prob 0.6 every word is selected, so it is deterministic.
   row 0 [CLS] 5 6 7 [SEP] pad pad pad     row 1 [CLS] 7 5 [SEP] pad pad pad pad
-The stub generator (test_objective._gen_logits_from_targets) at T = 1e-3 samples 5 -> 6, 6 -> 5, 7 -> 7, so
+The stub generator (helpers.stub_generator_logits) at T = 1e-3 samples 5 -> 6, 6 -> 5, 7 -> 7, so
   corrupted row 0 [CLS] 6 5 7 [SEP]       corrupted row 1 [CLS] 7 6 [SEP]
 3 of the 5 selected tokens are replaced, 2 (the 7s) are sampled correctly; gen_loss = (3 log 4 + 2 log 2) / 5
 = 8/5 log 2.
@@ -22,7 +22,8 @@ from electra_jax import config as config_lib
 from electra_jax import masking, objective, train_step
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
-from test_objective import SPECIAL, V, _batch, _gen_logits_from_targets
+from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
+from helpers import stub_generator_logits as _gen_logits_from_targets
 
 LOG2 = math.log(2.0)
 IDS = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)

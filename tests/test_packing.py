@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from electra_jax.data import build, packing
-from electra_jax.masking import SpecialIds
+from helpers import SPECIAL  # pylint: disable=g-bad-import-order
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 
 
 class OfficialExampleBuilder:
@@ -191,7 +190,7 @@ def test_property_no_token_lost_but_the_official_cut(max_length, lengths, seed):
 
 @pytest.fixture(scope='module')
 def real_tokenizer(tmp_path_factory):
-  from conftest import make_corpus  # pylint: disable=g-import-not-at-top
+  from helpers import make_corpus  # pylint: disable=g-import-not-at-top
   from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   corpus = make_corpus(tmp_path_factory.mktemp('corpus') / 'c.txt', documents=30)
   with open(corpus, encoding='utf-8') as f:

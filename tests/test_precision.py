@@ -6,7 +6,7 @@ import numpy as np
 
 from electra_jax.model import Electra
 import scale_setup as setup
-from test_sharding import assert_same_run
+from scale_setup import assert_same_run
 
 BF16 = (('model.dtype', 'bfloat16'),)
 ACCUMULATE = (('grad_accum_steps', 2),)

@@ -14,11 +14,9 @@ from jax.sharding import PartitionSpec
 from configs import default
 from electra_jax import config as config_lib
 from electra_jax import objective, optimizer, sharding, train_step
-from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import SPECIAL, override  # pylint: disable=g-bad-import-order
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 V, B, L = 64, 8, 16
 LENGTHS = (16, 16, 12, 10, 8, 5, 3, 16)  # real tokens per row
 RULES = dict(default.get_config().mesh.rules)  # logical axis -> mesh axes, as configured
