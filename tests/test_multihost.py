@@ -15,6 +15,10 @@ import scale_setup as setup
 from scale_setup import ATOL_PARAMS, RTOL
 from helpers import free_port  # pylint: disable=g-bad-import-order
 
+# Two processes starting and compiling take ~4 min of a loaded 2-core machine: with the entry point's multi-process
+# runs, apart from the default suite (`python -m pytest -q -n 2 -m multihost tests`, .ci/run).
+pytestmark = pytest.mark.multihost
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'multihost_worker.py')
 TIMEOUT = 300  # seconds; the run itself takes ~15 s on two idle cores
 
