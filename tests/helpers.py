@@ -185,6 +185,54 @@ def random_params(model_config, seed=0):
 CONVERT_MODEL = dict(embedding_size=32, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=96,
                      generator_hidden_fraction=0.5, generator_layers_fraction=0.5, max_position_embeddings=32)
 
+# A WordPiece vocabulary of 100 for the tiny Hugging Face models.
+WORDPIECE_VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
+    'the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank water food '
+    'chef meal').split() + [f'##{c}' for c in 'abcdefghijklmnopqrstuvwxyz'] + [f'w{i}' for i in range(43)]
+
+# (embedding size, discriminator hidden, generator hidden, generator layers): E != H with an un-projected
+# generator of half the depth, and E == H with a projected generator.
+HF_SIZES = {'E!=H': (32, 64, 32, 1), 'E==H': (64, 64, 32, 2)}
+
+
+def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0):
+  """A random tiny ElectraForPreTraining / ElectraForMaskedLM pair sharing its embeddings, in eval mode.
+
+  Every weight is perturbed so that LayerNorm scales, biases and the LM bias are not the constants 1 and 0
+  (a swapped or missing mapping then changes the logits). Needs torch and transformers (the test extra).
+  """
+  import torch  # pylint: disable=g-import-not-at-top  (only the conversion tests need it)
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(seed)
+  common = dict(vocab_size=len(WORDPIECE_VOCAB), embedding_size=embedding_size, max_position_embeddings=32,
+                type_vocab_size=2, hidden_act='gelu', initializer_range=0.1)
+  disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, **common))
+  gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+      hidden_size=gen_hidden, num_hidden_layers=gen_layers, num_attention_heads=max(1, gen_hidden // 64),
+      intermediate_size=4 * gen_hidden, **common))
+  with torch.no_grad():
+    for model in (disc, gen):
+      for p in model.parameters():
+        p.add_(0.1 * torch.randn_like(p))
+    gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+  return disc.eval(), gen.eval()
+
+
+def write_tokenizer_files(directory):
+  with open(os.path.join(directory, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.write('\n'.join(WORDPIECE_VOCAB) + '\n')
+  with open(os.path.join(directory, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump({'do_lower_case': True, 'tokenizer_class': 'ElectraTokenizer'}, f)
+
+
+def save_hf(tmp_path, disc, gen):
+  disc.save_pretrained(tmp_path / 'hf_disc')
+  gen.save_pretrained(tmp_path / 'hf_gen')
+  write_tokenizer_files(tmp_path / 'hf_disc')
+  return str(tmp_path / 'hf_disc'), str(tmp_path / 'hf_gen')
+
+
 STUB_VOCAB = 8  # the objective tests' vocabulary: ids 0..4 special, 5, 6, 7 words
 
 

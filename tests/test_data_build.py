@@ -27,6 +27,7 @@ def tokenizer(corpus_dir, tmp_path_factory):
   return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
 
 
+@pytest.mark.slow
 def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
   # Small chunks, so several worker processes each pack some of them.

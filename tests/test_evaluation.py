@@ -120,6 +120,7 @@ EVAL_KEYS = {'eval_loss', 'eval_gen_loss', 'eval_gen_accuracy', 'eval_disc_loss'
              'eval_disc_recall', 'eval_disc_auc'}
 
 
+@pytest.mark.slow
 def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file, cache_dir):
   config = tiny_config(corpus_file, cache_dir, profile_steps='2,2')
   trainer.train(config, tmp_path)

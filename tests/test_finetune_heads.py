@@ -67,6 +67,7 @@ def test_squad_1_1_also_has_the_answerability_head(name):
   assert jax.jit(model.apply)(variables, batch)['impossible_logit'].shape == (1,)
 
 
+@pytest.mark.slow
 def test_train_step_differentiates_the_sum_over_the_batch():
   """The batch [x, x] gives twice the gradient of [x] (a mean would give the same gradient)."""
   config = ModelConfig(vocab_size=20, embedding_size=8, hidden_size=8, num_layers=1, num_heads=2,

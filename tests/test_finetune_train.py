@@ -58,6 +58,7 @@ def tiny_config(cache_dir, corpus_file, task, **overrides):
   return override(config, overrides)
 
 
+@pytest.mark.slow
 def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_dir):
   directory = make_tsv_task(tmp_path / 'keyword')
   workdir = str(tmp_path / 'run')
@@ -83,6 +84,7 @@ def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_
   assert predictor.predict(sentences) == ['no', 'yes', 'no', 'yes']
 
 
+@pytest.mark.slow
 def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corpus_file, cache_dir):
   directory = make_conll_task(tmp_path / 'animals')
   # Two of the conftest's 8 CPU devices: the batch is split over them.
@@ -119,6 +121,7 @@ def _pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
   return state.params
 
 
+@pytest.mark.slow
 def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file, cache_dir):
   saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
   config = tiny_config(cache_dir, corpus_file, make_tsv_task(tmp_path / 'keyword'))
@@ -142,6 +145,7 @@ def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file,
       pretrained['embeddings']['word_embeddings']['embedding'])
 
 
+@pytest.mark.slow
 def test_init_step_picks_the_checkpoint(tmp_path, corpus_file, cache_dir):
   saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir, later_step=5)
   word = lambda params: np.asarray(params['embeddings']['word_embeddings']['embedding'])
@@ -183,6 +187,7 @@ def _squad_records(split, count, seed):
   return records
 
 
+@pytest.mark.slow
 def test_squad_v2_trains_and_writes_predictions_on_tfds_mock_data(tmp_path, corpus_file, cache_dir):
   records = {'train': _squad_records('train', 48, 0), 'validation': _squad_records('validation', 12, 1)}
   config = tiny_config(cache_dir, corpus_file, 'squad_v2', epochs=2.0, **{
@@ -219,6 +224,7 @@ def test_main_dispatches_the_finetune_and_predict_modes():
 GLUE_DIR = os.path.join(os.path.dirname(__file__), 'data', 'glue')
 
 
+@pytest.mark.slow
 def test_glue_sst2_and_rte_directories_fine_tune_end_to_end(tmp_path, corpus_file, cache_dir):
   """GLUE's own files (tests/data/glue: rows in the distribution's exact formats) through training, dev scores and
   the leaderboard's submission files."""
@@ -271,6 +277,7 @@ def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
     train.check_workdir(str(workdir), changed, task)
 
 
+@pytest.mark.slow
 def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, corpus_file, cache_dir, capsys):
   directory = make_tsv_task(tmp_path / 'keyword', sizes=(64, 16))
   # 8 steps of 16: metrics every step (at most a 20th of the run), dev scores at steps 4 and 8.

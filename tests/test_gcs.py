@@ -23,6 +23,9 @@ from electra_jax.data import DataError, build, corpus
 from helpers import REPO, WORDS, final_params, make_corpus, override  # pylint: disable=g-bad-import-order
 from helpers import sigterm_at_step, tiny_pretraining_config as tiny_config
 
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
+
 
 def upload(local_dir, remote: str):
   """Copies every file under `local_dir` to the same relative names under `remote`."""

@@ -58,6 +58,7 @@ def test_auto_tokenizer_encodes_as_we_do(lines, tmp_path, kind, lowercase, vocab
   assert theirs('the [MASK] sat')['input_ids'].count(ours.special.mask) == 1  # a special token in text is itself
 
 
+@pytest.mark.slow
 def test_export_of_a_sentencepiece_workdir_loads_with_auto_tokenizer(lines, tmp_path):
   """The command line's export: AutoTokenizer loads both models' tokenizers, and an import reads it back."""
   ours = tokenizer_lib.train(lines, str(tmp_path / 'tokenizer'), vocab_size=70)

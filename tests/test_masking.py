@@ -198,6 +198,7 @@ def test_different_keys_give_different_masks():
   np.testing.assert_array_equal(a.input_ids, c.input_ids)
 
 
+@pytest.mark.slow
 def test_official_draw_with_replacement():
   # Rows of L = 64 real tokens: 62 candidates (all but [CLS] and [SEP]), n = min(P = 9, round(64 * 0.15) = 10) = 9
   # draws with replacement. Distinct positions D: E[D] = 62 (1 - (61/62)^9) = 8.4407, and

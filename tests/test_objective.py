@@ -37,6 +37,7 @@ def _loss(apply_fn, batch, config, rng=0):
   return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('seed', [0, 1])
 def test_losses_by_hand_random_selection(seed):
   # L = 16, mask_prob 0.15 -> P = int(0.155 * 16) = 2.
@@ -69,6 +70,7 @@ def _ratio(metric):
   return float(metric[0]) / float(metric[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mask_token_prob', [0.85, 0.0])
 def test_losses_and_metrics_by_hand(mask_token_prob):
   # L = 8, mask_prob 0.6 -> P = int(0.605 * 8) = 4; row 0: N = 5 -> n = round(3.0) = 3, row 1: N = 4 ->
@@ -118,6 +120,7 @@ def test_loss_weights():
   np.testing.assert_allclose(loss, 3.2 * LOG2 + 10 * (s + 4 / 9), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_disallow_correct_labels_every_selection_replaced():
   # The stub generator ranks the original 7 first; with disallow_correct its logit drops by 1000, so the
   # sample is never 7: all 5 selected tokens of the example above are replaced (T = 1, real Gumbel noise).
@@ -209,6 +212,7 @@ def test_uniform_generator():
   np.testing.assert_allclose(freq, 0.25, atol=0.016)
 
 
+@pytest.mark.slow
 def test_discriminator_loss_sends_no_gradient_into_the_generator():
   """Sampling is under stop_gradient: with gen_weight 0, every generator-tower gradient is exactly zero."""
   model_config = ModelConfig(vocab_size=32, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2,

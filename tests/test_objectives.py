@@ -63,6 +63,7 @@ def _loss(name, apply_fn, **config):
   return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
 
 
+@pytest.mark.slow
 def test_electra_15_discriminator_loss_on_selected_positions_only():
   # Discriminator logits as in test_objective.py; only the 5 selected positions count:
   #   row 0 pos 1, 2, 3: logits  1 -1  1, labels 1 1 0 -> correct, wrong, wrong
@@ -164,6 +165,7 @@ def test_train_step_dispatches_through_the_registry(monkeypatch):
   np.testing.assert_allclose(metrics['loss'][0], 5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['replace_mlm', 'all_tokens_mlm', 'mlm'])
 def test_objectives_with_the_real_model(name):
   """The model each objective declares has the heads its loss calls: a finite loss, named like HF's heads."""
@@ -215,6 +217,7 @@ def _differentiable_stub(params, input_ids, segment_ids, input_mask, positions=N
   return DISC_LOGITS + params['disc']
 
 
+@pytest.mark.slow
 def test_adversarial_reinforce_gradient_by_hand():
   # Rewards R = the discriminator's loss on each selected token, s = log(1 + e^-1):
   #   row 0: pos 1 logit  1 label 1 -> s;   pos 2 logit -1 label 1 -> 1 + s;   pos 3 logit 1 label 0 -> 1 + s
@@ -269,6 +272,7 @@ def test_adversarial_reinforce_gradient_by_hand():
   np.testing.assert_allclose(grads['disc'], electra['disc'], rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_adversarial_with_the_real_model():
   """The model electra_adversarial declares has the baseline head; with the same rng (masks, samples) its
   discriminator gradient is ELECTRA's, and the generator's REINFORCE gradient reaches the baseline too."""

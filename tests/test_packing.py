@@ -197,6 +197,7 @@ def real_tokenizer(tmp_path_factory):
     return tokenizer_lib.train(f.read().splitlines(), str(tmp_path_factory.mktemp('spm')), vocab_size=60)
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=60, deadline=None,
                      suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(lines=st.lists(st.text(min_size=0, max_size=120), min_size=1, max_size=12),
@@ -230,6 +231,7 @@ def test_nothing_is_lost_when_sentences_fit():
   assert 40 - len(kept) <= 3 * len(input_ids)
 
 
+@pytest.mark.slow
 def test_single_segment_and_random_length_rates():
   max_length = 128
   # One long document of one-token sentences: an example's content is exactly its target (or max - 3).

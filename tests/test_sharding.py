@@ -12,6 +12,9 @@ from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
 from scale_setup import RTOL, assert_same_run  # pylint: disable=g-bad-import-order
 
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
+
 # (mesh shape, config overrides): data parallel; data x FSDP with rematerialised layers (the usual pairing for big
 # models, and remat must not change the loss or the gradients); data x FSDP x tensor; tensor parallel, where the
 # vocabulary of 100 does not split 8 ways and stays replicated.

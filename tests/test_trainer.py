@@ -15,7 +15,7 @@ from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint:
 from helpers import tiny_pretraining_config as tiny_config
 
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
-pytestmark = pytest.mark.usefixtures('compile_once')
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('compile_once')]
 
 
 def assert_same_run(config, one_go, resumed):
