@@ -15,6 +15,9 @@ from electra_jax.aot import GIB
 
 pytest.importorskip('libtpu', reason='the TPU compiler: pip install -e ".[test]"')
 
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
+
 # Sizes chosen so that every array fills whole TPU tiles (multiples of 8 x 128 elements or of 1 KiB): the
 # argument bytes are then the plain array sizes. H = E = 256, 1 layer, FFN 1024, a same-size generator (no
 # embeddings_project), 1024 words, 128 positions, batch 64 x 128 (8 rows on each of the 8 cores).

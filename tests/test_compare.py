@@ -15,7 +15,7 @@ from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax.config import ConfigError
 from electra_jax.experiments import compare
-from test_finetune_train import TINY_MODEL, make_tsv_task  # pylint: disable=g-bad-import-order
+from helpers import TINY_FINETUNE_MODEL, make_tsv_task  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +39,7 @@ def test_steps_for_budget_by_hand():
 def tiny_config(grammar_corpus, cache_dir, task_dir):
   config = compare_cpu.get_config()
   pretrain = config.pretrain
-  pretrain.model.update(TINY_MODEL)
+  pretrain.model.update(TINY_FINETUNE_MODEL)
   pretrain.data.update(source=grammar_corpus, vocab_size=48, max_seq_length=32, cache_dir=cache_dir)
   pretrain.update(batch_size=8, log_every=1, checkpoint_every=100, keep_checkpoints=1)
   pretrain.optimizer.warmup_steps = 1
@@ -108,6 +108,7 @@ def test_cli_unknown_config_key_is_one_line(tmp_path):
                            '--config=configs/experiments/compare_cpu.py --show_config lists every key\n')
 
 
+@pytest.mark.slow
 def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir, monkeypatch):
   task_dir = make_tsv_task(tmp_path / 'keyword', sizes=(48, 24))
   config = tiny_config(grammar_corpus, cache_dir, task_dir)

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from electra_jax import compile_cache
-from conftest import CACHE_OPTIONS  # pylint: disable=g-bad-import-order
+from helpers import CACHE_OPTIONS  # pylint: disable=g-bad-import-order
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from electra_jax import config as config_lib
 from electra_jax import sharding
 from electra_jax.finetune import config as finetune_config
 from configs import default
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import override  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'configs')

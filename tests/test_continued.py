@@ -12,16 +12,18 @@ from flax import traverse_util
 
 from configs import default
 from configs import finetune as finetune_config
-from conftest import WORDS, make_corpus, override  # pylint: disable=g-bad-import-order
-from electra_jax import checkpoint, config as config_lib, continued, convert, finetune, masking, sharding, trainer
+import helpers  # pylint: disable=g-bad-import-order
+from helpers import SPECIAL, WORDS, make_corpus, override
+from electra_jax import checkpoint, config as config_lib, continued, convert, finetune, sharding, trainer
 from electra_jax.config import ModelConfig
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.train_step import Pretraining
 
-test_convert = pytest.importorskip('test_convert')  # its tiny HF models (needs torch and transformers)
+pytest.importorskip('torch')  # the tiny HF models of helpers.hf_models
+pytest.importorskip('transformers')
 
-pytestmark = pytest.mark.usefixtures('compile_once')
-VOCAB = test_convert.VOCAB
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('compile_once')]
+VOCAB = helpers.WORDPIECE_VOCAB
 # Official sizes for the TF layouts: E=32, discriminator H=64 (2 layers), generator H=32 (1 layer).
 TF_MODEL = dict(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=1,
                 intermediate_size=256, generator_hidden_fraction=0.5, generator_layers_fraction=0.5,
@@ -30,7 +32,7 @@ TF_MODEL = dict(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_la
 
 def tf_variables(model: ModelConfig, seed=0) -> dict:
   """Random weights of `model` under the variable names of official ELECTRA's checkpoints."""
-  params = test_convert.random_params(model, seed)
+  params = helpers.random_params(model, seed)
   return {convert.tf_name(p): np.asarray(v) for p, v in traverse_util.flatten_dict(params).items()}
 
 
@@ -77,7 +79,7 @@ def test_every_official_layout_imports(layout):
   section = convert.model_section_from_tf({k: v.shape for k, v in weights.items()})
   assert ModelConfig(**section) == model
   back = convert.params_from_tf(model, weights)
-  jax.tree.map(np.testing.assert_array_equal, back, test_convert.random_params(model, 0))
+  jax.tree.map(np.testing.assert_array_equal, back, helpers.random_params(model, 0))
 
 
 def _stub_tf(monkeypatch, weights):
@@ -90,7 +92,7 @@ def _official_run(root, weights, monkeypatch):
   models = root / 'data_dir' / 'models' / 'tiny'
   models.mkdir(parents=True)
   (models / 'model.ckpt-10.index').write_bytes(b'')
-  test_convert.write_tokenizer_files(root / 'data_dir')
+  helpers.write_tokenizer_files(root / 'data_dir')
   _stub_tf(monkeypatch, weights)
   return str(models / 'model.ckpt-10')
 
@@ -114,7 +116,7 @@ def test_from_tf_finds_the_vocab_or_says_where_it_looked(tmp_path, monkeypatch, 
     convert.main(['--from-tf', prefix, '--vocab', str(tmp_path / 'vocab.txt'), '--out', str(tmp_path / 'short')])
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and f'holds {len(VOCAB) - 1} tokens' in err and not (tmp_path / 'short').exists()
-  test_convert.write_tokenizer_files(tmp_path)
+  helpers.write_tokenizer_files(tmp_path)
   convert.main(['--from-tf', prefix, '--vocab', str(tmp_path / 'vocab.txt'), '--out', str(tmp_path / 'given')])
   assert tokenizer_lib.load(str(tmp_path / 'given')).vocab_size == len(VOCAB)
 
@@ -166,8 +168,8 @@ def _check_continued(source, workdir, corpus):
 
 
 def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, capsys):
-  disc, gen = test_convert.hf_models(*test_convert.SIZES['E!=H'])
-  disc_dir, gen_dir = test_convert.save_hf(tmp_path, disc, gen)
+  disc, gen = helpers.hf_models(*helpers.HF_SIZES['E!=H'])
+  disc_dir, gen_dir = helpers.save_hf(tmp_path, disc, gen)
   imported = str(tmp_path / 'import')
   convert.main(['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', imported])
   saved = json.loads(open(os.path.join(imported, 'config.json')).read())
@@ -200,8 +202,8 @@ def test_continue_official_untied_tf_import_then_finetune(tmp_path, cache_dir, m
 
 def test_conflicting_model_override_and_own_workdir_are_refused(tmp_path):
   model = ModelConfig(**TF_MODEL)
-  test_convert.write_tokenizer_files(tmp_path)
-  convert.write_workdir(str(tmp_path / 'import'), dict(TF_MODEL), test_convert.random_params(model),
+  helpers.write_tokenizer_files(tmp_path)
+  convert.write_workdir(str(tmp_path / 'import'), dict(TF_MODEL), helpers.random_params(model),
                         vocab_file=str(tmp_path / 'vocab.txt'))
   config = _continue_config(str(tmp_path / 'import'), '', '')
   continued.check_overrides(config, {'model.hidden_size': 64, 'model.dtype': 'bfloat16', 'train_steps': 9})
@@ -220,7 +222,7 @@ def test_init_optimizer_takes_the_moments_and_restarts_the_schedule(tmp_path):
   values = _continue_config('', '', '', **{'optimizer.bias_correction': True})
   values.model.update(TF_MODEL)
   config = config_lib.load(values)
-  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1), sharding.make_mesh(config.mesh))
+  run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
   source = run.init_state(jax.random.PRNGKey(1))
   # A source 7 steps in: moments and counts that are not a fresh optimiser's.
   opt_state = jax.tree.map(lambda x: x + 7 if x.dtype == np.int32 else x + 0.5, source.opt_state)

@@ -17,50 +17,14 @@ from electra_jax import checkpoint, convert, masking, objective, sharding  # pyl
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from electra_jax.train_step import Pretraining
+from helpers import CONVERT_MODEL, SPECIAL, random_params  # pylint: disable=g-bad-import-order,g-import-not-at-top
+from helpers import HF_SIZES as SIZES, WORDPIECE_VOCAB as VOCAB  # pylint: disable=g-import-not-at-top
+from helpers import hf_models, save_hf, write_tokenizer_files  # pylint: disable=g-import-not-at-top
 
-VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
-    'the cat dog bird sat ran on under a mat rug tree and saw big small red blue house field ate drank water food '
-    'chef meal').split() + [f'##{c}' for c in 'abcdefghijklmnopqrstuvwxyz'] + [f'w{i}' for i in range(43)]
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
+
 MASK = 4
-# (embedding size, discriminator hidden, generator hidden, generator layers): E != H with an un-projected
-# generator of half the depth, and E == H with a projected generator.
-SIZES = {'E!=H': (32, 64, 32, 1), 'E==H': (64, 64, 32, 2)}
-
-
-def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0):
-  """A random tiny ElectraForPreTraining / ElectraForMaskedLM pair sharing its embeddings, in eval mode.
-
-  Every weight is perturbed so that LayerNorm scales, biases and the LM bias are not the constants 1 and 0
-  (a swapped or missing mapping then changes the logits).
-  """
-  torch.manual_seed(seed)
-  common = dict(vocab_size=len(VOCAB), embedding_size=embedding_size, max_position_embeddings=32,
-                type_vocab_size=2, hidden_act='gelu', initializer_range=0.1)
-  disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
-      hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, **common))
-  gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-      hidden_size=gen_hidden, num_hidden_layers=gen_layers, num_attention_heads=max(1, gen_hidden // 64),
-      intermediate_size=4 * gen_hidden, **common))
-  with torch.no_grad():
-    for model in (disc, gen):
-      for p in model.parameters():
-        p.add_(0.1 * torch.randn_like(p))
-    gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
-  return disc.eval(), gen.eval()
-
-
-def write_tokenizer_files(directory):
-  with open(os.path.join(directory, 'vocab.txt'), 'w', encoding='utf-8') as f:
-    f.write('\n'.join(VOCAB) + '\n')
-  with open(os.path.join(directory, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
-    json.dump({'do_lower_case': True, 'tokenizer_class': 'ElectraTokenizer'}, f)
-
-
-def save_hf(tmp_path, disc, gen):
-  disc.save_pretrained(tmp_path / 'hf_disc')
-  gen.save_pretrained(tmp_path / 'hf_gen')
-  write_tokenizer_files(tmp_path / 'hf_disc')
-  return str(tmp_path / 'hf_disc'), str(tmp_path / 'hf_gen')
 
 
 def example_batch():
@@ -93,13 +57,6 @@ def _forward(params, ids, segments, mask, *, config):
 def our_logits(model_config, params, ids, segments, mask):
   """(discriminator logits [batch, length], generator logits [batch, length, vocab], encoder output), deterministic."""
   return tuple(np.asarray(x) for x in _forward(params, ids, segments, mask, config=model_config))
-
-
-def random_params(model_config, seed=0):
-  """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(lambda s: rng.normal(0, 0.1, s.shape).astype(np.float32),
-                      checkpoint.abstract_params(Electra(model_config)))
 
 
 def assert_logits_close(ours, theirs, mask):
@@ -152,7 +109,7 @@ def test_import_hf_pair_gives_transformers_logits(imported):
 @pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_import_is_a_train_state_the_trainer_resumes_from(imported):
   config = checkpoint.load_config(imported['workdir'])
-  run = Pretraining(config, masking.SpecialIds(pad=0, cls=2, sep=3, mask=MASK, unk=1), sharding.make_mesh(config.mesh))
+  run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
   checkpointer = checkpoint.Checkpointer(imported['workdir'])
   state, data_state = checkpointer.restore(0, run.abstract_state())
   checkpointer.close()
@@ -209,9 +166,7 @@ def random_workdir(path, model_section, seed=0):
   return model, params
 
 
-MODEL_SECTION = dict(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
-                     intermediate_size=96, generator_hidden_fraction=0.5, generator_layers_fraction=0.5,
-                     max_position_embeddings=32)
+MODEL_SECTION = dict(CONVERT_MODEL, vocab_size=len(VOCAB))
 
 
 def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import make_corpus
+from helpers import make_corpus
 from electra_jax import data
 from electra_jax.data import DataError, build, corpus
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import make_corpus
+from helpers import make_corpus
 from electra_jax import data
 from electra_jax.data import BatchIterator, DataError, build, examples as examples_lib
 from electra_jax.data import __main__ as cli
@@ -27,6 +27,7 @@ def tokenizer(corpus_dir, tmp_path_factory):
   return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
 
 
+@pytest.mark.slow
 def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
   # Small chunks, so several worker processes each pack some of them.

@@ -45,6 +45,7 @@ def own_run(tmp_path_factory, corpus_file, cache_dir):
   return workdir, tokenizer, c.model, params
 
 
+@pytest.mark.slow
 def test_json_gives_each_token_its_discriminator_probability(own_run, capsys):
   workdir, tokenizer, model_config, params = own_run
   detect.main(['--checkpoint', workdir, '--json', 'The CAT sat', 'on the mat'])
@@ -80,6 +81,7 @@ def test_long_text_is_cut_to_the_position_table(own_run):
 
 
 # Google's and older transformers' model directories hold vocab.txt; transformers 5 saves tokenizer.json only.
+@pytest.mark.slow
 @pytest.mark.parametrize('tokenizer_file', ['vocab.txt', 'tokenizer.json'])
 def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys, tokenizer_file):
   torch = pytest.importorskip('torch')

@@ -14,7 +14,7 @@ from electra_jax import config as config_lib, data, evaluation, sharding, traine
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import split as split_lib
 from electra_jax.train_step import Pretraining
-from conftest import WORDS, tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.usefixtures('compile_once')
 
@@ -116,15 +116,11 @@ def test_binned_auc_is_the_exact_auc_up_to_ties_within_a_bin():
   assert abs(binned - exact) < 2e-3 and 0.6 < exact < 0.9
 
 
-def read_metrics(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f]
-
-
 EVAL_KEYS = {'eval_loss', 'eval_gen_loss', 'eval_gen_accuracy', 'eval_disc_loss', 'eval_disc_accuracy',
              'eval_disc_recall', 'eval_disc_auc'}
 
 
+@pytest.mark.slow
 def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file, cache_dir):
   config = tiny_config(corpus_file, cache_dir, profile_steps='2,2')
   trainer.train(config, tmp_path)

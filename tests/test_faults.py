@@ -26,13 +26,12 @@ from electra_jax.data import build as build_lib
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.experiments import compare
 import faults_config  # pylint: disable=g-bad-import-order
-from conftest import make_corpus, override  # pylint: disable=g-bad-import-order
-from test_trainer import read_metrics  # pylint: disable=g-bad-import-order
+from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE, REPO  # pylint: disable=g-bad-import-order
+from helpers import make_corpus, override, read_metrics, step_dirs
 
 pytestmark = [pytest.mark.faults, pytest.mark.usefixtures('compile_once')]
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG_FILE = os.path.join('tests', 'faults_config.py')
+
 def config_for(source, cache_dir, **overrides):
   config = faults_config.get_config()
   config.data.update(source=source, cache_dir=cache_dir)
@@ -51,12 +50,6 @@ def assert_same_losses(workdir, reference):
   ours, theirs = read_metrics(workdir), read_metrics(reference)
   assert [m['step'] for m in ours] == [m['step'] for m in theirs]
   np.testing.assert_allclose([m['loss'] for m in ours], [m['loss'] for m in theirs], rtol=1e-6)
-
-
-def step_dirs(workdir) -> tuple[list[int], list[str]]:
-  """(complete steps, other entries) of WORKDIR/checkpoints: orbax renames a step to its number when complete."""
-  names = os.listdir(os.path.join(workdir, 'checkpoints'))
-  return sorted(int(n) for n in names if n.isdigit()), sorted(n for n in names if not n.isdigit())
 
 
 def one_error_line(stderr: str) -> str:

@@ -1,5 +1,6 @@
 """Task losses, worked out by hand from the official formulas, and the train step differentiating their SUM."""
 
+import functools
 import math
 
 import jax
@@ -62,9 +63,11 @@ def test_squad_1_1_also_has_the_answerability_head(name):
   batch = {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids + 1, 'start_positions': jnp.zeros((1,), jnp.int32)}
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)['params']
   assert {'answerable_hidden', 'answerable_logit'} <= set(params['head'])
-  assert model.apply(model.init(jax.random.PRNGKey(0), batch), batch)['impossible_logit'].shape == (1,)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), batch)  # jitted: op by op takes 10x longer on CPU
+  assert jax.jit(model.apply)(variables, batch)['impossible_logit'].shape == (1,)
 
 
+@pytest.mark.slow
 def test_train_step_differentiates_the_sum_over_the_batch():
   """The batch [x, x] gives twice the gradient of [x] (a mean would give the same gradient)."""
   config = ModelConfig(vocab_size=20, embedding_size=8, hidden_size=8, num_layers=1, num_heads=2,
@@ -74,13 +77,15 @@ def test_train_step_differentiates_the_sum_over_the_batch():
   one = {'input_ids': jnp.array([[2, 5, 7, 3]]), 'segment_ids': jnp.zeros((1, 4), jnp.int32),
          'input_mask': jnp.ones((1, 4), jnp.int32), 'labels': jnp.array([1])}
   two = jax.tree.map(lambda x: jnp.concatenate([x, x]), one)
-  params = model.init(jax.random.PRNGKey(0), one)['params']
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), one)['params']
   tx = optax.sgd(1.0)  # new params = params - gradient
+  # Jitted: run op by op, the step compiles each of its hundreds of operations apart (minutes on 2 cores).
+  step = jax.jit(functools.partial(train.train_step, model=model, tx=tx, schedule=lambda step: 1.0,
+                                   squad_config=SquadConfig()))
   grads = []
   for batch in (one, two):
     state = train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-    new_state, step_metrics = train.train_step(state, batch, jax.random.key_data(jax.random.PRNGKey(1)), model=model,
-                                               tx=tx, schedule=lambda step: 1.0, squad_config=SquadConfig())
+    new_state, step_metrics = step(state, batch, jax.random.key_data(jax.random.PRNGKey(1)))
     grads.append(jax.tree.map(lambda a, b: a - b, params, new_state.params))
   for g1, g2 in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(g2, 2 * g1, rtol=1e-4, atol=1e-7)

@@ -13,43 +13,19 @@ import pytest
 import tensorflow_datasets as tfds
 
 from configs import finetune as finetune_config
-from conftest import WORDS
 from electra_jax import config as config_lib
 from electra_jax import data, sharding
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.finetune import predict, tasks, train
 from electra_jax.train_step import Pretraining
 from electra_jax.trainer import TrainingError
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
+from helpers import keyword_free_sentence, make_tsv_task, override
 
 # Many runs here share one tiny model: with a persistent compilation cache they compile it once.
 pytestmark = pytest.mark.usefixtures('compile_once')
 
-KEYWORD = 'happy'
 ANIMALS = ('cat', 'dog', 'bird')
-# Encoder dropout off: its random bits double the compile time of the step on CPU (the head keeps dropout 0.1).
-TINY_MODEL = dict(embedding_size=32, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
-                  max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
-                  attention_dropout_rate=0.0)
-
-
-def _sentence(rng):
-  return [rng.choice([w for w in WORDS if w != KEYWORD]) for _ in range(rng.randint(4, 9))]
-
-
-def make_tsv_task(directory, seed=0, sizes=(240, 80)):
-  """Label 'yes' iff the sentence contains the keyword (40% of sentences); majority baseline = 'no'."""
-  os.makedirs(directory, exist_ok=True)
-  rng = random.Random(seed)
-  for split, count in zip(('train', 'dev'), sizes):
-    with open(os.path.join(directory, f'{split}.tsv'), 'w', encoding='utf-8') as f:
-      f.write('label\tsentence\n')
-      for _ in range(count):
-        words, positive = _sentence(rng), rng.random() < 0.4
-        if positive:
-          words.insert(rng.randrange(len(words) + 1), KEYWORD)
-        f.write(f'{"yes" if positive else "no"}\t{" ".join(words)}\n')
-  return str(directory)
 
 
 def make_conll_task(directory, seed=0, sizes=(200, 60)):
@@ -82,6 +58,7 @@ def tiny_config(cache_dir, corpus_file, task, **overrides):
   return override(config, overrides)
 
 
+@pytest.mark.slow
 def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_dir):
   directory = make_tsv_task(tmp_path / 'keyword')
   workdir = str(tmp_path / 'run')
@@ -107,6 +84,7 @@ def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_
   assert predictor.predict(sentences) == ['no', 'yes', 'no', 'yes']
 
 
+@pytest.mark.slow
 def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corpus_file, cache_dir):
   directory = make_conll_task(tmp_path / 'animals')
   # Two of the conftest's 8 CPU devices: the batch is split over them.
@@ -143,6 +121,7 @@ def _pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
   return state.params
 
 
+@pytest.mark.slow
 def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file, cache_dir):
   saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
   config = tiny_config(cache_dir, corpus_file, make_tsv_task(tmp_path / 'keyword'))
@@ -166,6 +145,7 @@ def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file,
       pretrained['embeddings']['word_embeddings']['embedding'])
 
 
+@pytest.mark.slow
 def test_init_step_picks_the_checkpoint(tmp_path, corpus_file, cache_dir):
   saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir, later_step=5)
   word = lambda params: np.asarray(params['embeddings']['word_embeddings']['embedding'])
@@ -194,7 +174,7 @@ def _squad_records(split, count, seed):
   rng = random.Random(seed)
   records = []
   for i in range(count):
-    words = _sentence(rng)
+    words = keyword_free_sentence(rng)
     answer = rng.choice(WORDS)
     words[rng.randrange(len(words)):0] = ['near', 'the', answer]
     context = ' '.join(words)
@@ -207,6 +187,7 @@ def _squad_records(split, count, seed):
   return records
 
 
+@pytest.mark.slow
 def test_squad_v2_trains_and_writes_predictions_on_tfds_mock_data(tmp_path, corpus_file, cache_dir):
   records = {'train': _squad_records('train', 48, 0), 'validation': _squad_records('validation', 12, 1)}
   config = tiny_config(cache_dir, corpus_file, 'squad_v2', epochs=2.0, **{
@@ -243,6 +224,7 @@ def test_main_dispatches_the_finetune_and_predict_modes():
 GLUE_DIR = os.path.join(os.path.dirname(__file__), 'data', 'glue')
 
 
+@pytest.mark.slow
 def test_glue_sst2_and_rte_directories_fine_tune_end_to_end(tmp_path, corpus_file, cache_dir):
   """GLUE's own files (tests/data/glue: rows in the distribution's exact formats) through training, dev scores and
   the leaderboard's submission files."""
@@ -295,6 +277,7 @@ def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
     train.check_workdir(str(workdir), changed, task)
 
 
+@pytest.mark.slow
 def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, corpus_file, cache_dir, capsys):
   directory = make_tsv_task(tmp_path / 'keyword', sizes=(64, 16))
   # 8 steps of 16: metrics every step (at most a 20th of the run), dev scores at steps 4 and 8.

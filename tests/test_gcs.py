@@ -18,12 +18,13 @@ import pytest
 import tensorflow_datasets as tfds
 
 from configs import finetune as finetune_config
-from conftest import WORDS, make_corpus, override
 from electra_jax import checkpoint, convert, data, detect, fileio, finetune, trainer
 from electra_jax.data import DataError, build, corpus
-from test_trainer import final_params, sigterm_at_step, tiny_config
+from helpers import REPO, WORDS, final_params, make_corpus, override  # pylint: disable=g-bad-import-order
+from helpers import sigterm_at_step, tiny_pretraining_config as tiny_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
 
 
 def upload(local_dir, remote: str):

@@ -8,7 +8,7 @@ transformers = pytest.importorskip('transformers')
 
 from electra_jax import convert, hf_tokenizer  # pylint: disable=g-import-not-at-top
 from electra_jax.data import tokenizer as tokenizer_lib
-from test_convert import MODEL_SECTION, random_params  # pylint: disable=g-bad-import-order
+from helpers import CONVERT_MODEL, random_params  # pylint: disable=g-bad-import-order
 
 # Words with accents, capitals, digits, punctuation and a few scripts; rare characters fall outside SentencePiece's
 # character coverage and become [UNK].
@@ -58,10 +58,11 @@ def test_auto_tokenizer_encodes_as_we_do(lines, tmp_path, kind, lowercase, vocab
   assert theirs('the [MASK] sat')['input_ids'].count(ours.special.mask) == 1  # a special token in text is itself
 
 
+@pytest.mark.slow
 def test_export_of_a_sentencepiece_workdir_loads_with_auto_tokenizer(lines, tmp_path):
   """The command line's export: AutoTokenizer loads both models' tokenizers, and an import reads it back."""
   ours = tokenizer_lib.train(lines, str(tmp_path / 'tokenizer'), vocab_size=70)
-  section = dict(MODEL_SECTION, vocab_size=ours.vocab_size)
+  section = dict(CONVERT_MODEL, vocab_size=ours.vocab_size)
   convert.write_workdir(str(tmp_path / 'run'), section, random_params(convert.ModelConfig(**section)),
                         tokenizer_dir=str(tmp_path / 'tokenizer'))
   convert.main(['--checkpoint', str(tmp_path / 'run'), '--to-hf', str(tmp_path / 'hf')])

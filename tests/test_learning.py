@@ -4,8 +4,13 @@ import json
 import math
 import os
 
+import pytest
+
 from configs import tiny
 from electra_jax import trainer
+
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
 
 
 def entropy(p: float) -> float:

@@ -7,9 +7,8 @@ import pytest
 
 from electra_jax.data import BatchIterator, DataError
 from electra_jax.data.examples import InMemoryExamples
-from electra_jax.masking import SpecialIds
+from helpers import SPECIAL  # pylint: disable=g-bad-import-order
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 NUM_EXAMPLES, LENGTH = 103, 8
 
 

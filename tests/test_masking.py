@@ -8,8 +8,8 @@ import pytest
 
 from electra_jax import masking
 from electra_jax.config import ObjectiveConfig
+from helpers import SPECIAL  # pylint: disable=g-bad-import-order
 
-SPECIAL = masking.SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 VOCAB = 50
 FIRST_WORD = 5  # ids 0..4 are special; 5.. are ordinary tokens
 
@@ -198,6 +198,7 @@ def test_different_keys_give_different_masks():
   np.testing.assert_array_equal(a.input_ids, c.input_ids)
 
 
+@pytest.mark.slow
 def test_official_draw_with_replacement():
   # Rows of L = 64 real tokens: 62 candidates (all but [CLS] and [SEP]), n = min(P = 9, round(64 * 0.15) = 10) = 9
   # draws with replacement. Distinct positions D: E[D] = 62 (1 - (61/62)^9) = 8.4407, and

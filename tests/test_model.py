@@ -142,6 +142,7 @@ def np_electra(params, ids, segments, positions, config):
   return gen_logits, disc_logits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('embedding_size, fraction, tying', [
     (16, 0.5, 'embeddings'), (32, 0.5, 'embeddings'),
     (16, 0.25, 'none'),  # the generator's own tables are 8 wide (its hidden size), the shared ones 16
@@ -260,6 +261,7 @@ def test_tying_all_needs_a_same_size_generator(fraction, layers):
     ModelConfig(tying='generator')
 
 
+@pytest.mark.slow
 def test_one_shared_word_embedding_table(params):
   flat = _paths(params)
   tables = [name for name, value in flat.items() if value.ndim == 2 and V in value.shape]
@@ -299,6 +301,7 @@ def test_both_towers_read_the_tied_table(params):
   np.testing.assert_array_equal(gen, gen_d)
 
 
+@pytest.mark.slow
 def test_generator_logits_from_intermediate_values():
   """MLM logits = LayerNorm(gelu(dense(h))) @ word_embeddings.T + bias, at the selected positions only."""
   params = _random_params(CONFIG, seed=2)
@@ -461,6 +464,7 @@ def test_tower_sizes(name, disc, gen):
   assert sizes(model_config.tower(True)) == gen
 
 
+@pytest.mark.slow
 def test_small_generator_parameter_shapes():
   """ELECTRA-Small's generator really is 64 wide with a 256 FFN (E = 128, so it projects 128 -> 64)."""
   config = ModelConfig(vocab_size=V, embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
@@ -493,6 +497,7 @@ def test_padding_does_not_change_real_positions(params):
   assert np.max(np.abs(np.asarray(disc_n)[1, 9:] - np.asarray(disc)[1, 9:])) > 1e-4  # padded slots did change
 
 
+@pytest.mark.slow
 def test_dropout_only_when_not_deterministic(params):
   ids, segments, mask, _ = _inputs()
   model = _model()

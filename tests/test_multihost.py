@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,20 +12,19 @@ import pytest
 from electra_jax import sharding
 from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
-from test_sharding import ATOL_PARAMS, RTOL
+from scale_setup import ATOL_PARAMS, RTOL
+from helpers import free_port  # pylint: disable=g-bad-import-order
+
+# Two processes starting and compiling take ~4 min of a loaded 2-core machine: with the entry point's multi-process
+# runs, apart from the default suite (`python -m pytest -q -n 2 -m multihost tests`, .ci/run).
+pytestmark = pytest.mark.multihost
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'multihost_worker.py')
 TIMEOUT = 300  # seconds; the run itself takes ~15 s on two idle cores
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 def _run_two_processes(out_dir):
-  port = _free_port()
+  port = free_port()
   procs = []
   for process_id in range(2):
     env = dict(os.environ, JAX_PLATFORMS='cpu', JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',

@@ -14,7 +14,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,8 +21,8 @@ import time
 import numpy as np
 import pytest
 
-from test_faults import CONFIG_FILE, REPO, step_dirs  # pylint: disable=g-bad-import-order
-from test_trainer import read_metrics  # pylint: disable=g-bad-import-order
+from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE, REPO  # pylint: disable=g-bad-import-order
+from helpers import free_port, read_metrics, step_dirs
 
 pytestmark = [pytest.mark.multihost, pytest.mark.usefixtures('compile_once')]
 
@@ -35,18 +34,12 @@ _LOGS = itertools.count()
 SAVED = re.compile(r'checkpoint saved at step (\d+) in .*; run the same command again to resume\.')
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 class Run:
   """The same command in `processes` local processes (one a plain single-process run), output to log files."""
 
   def __init__(self, workdir, processes: int, corpus: str, *flags: str, env: dict[str, str] | None = None):
     self.workdir, self.logs, self.procs = str(workdir), [], []
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, '-m', 'electra_jax.main', f'--config={CONFIG_FILE}', f'--workdir={workdir}',
                f'--config.data.source={corpus}', f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1',
                '--config.checkpoint_every=1000', *flags]

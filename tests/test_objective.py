@@ -11,27 +11,11 @@ import pytest
 
 from electra_jax import objective
 from electra_jax.config import ModelConfig, ObjectiveConfig
-from electra_jax.masking import SpecialIds
 from electra_jax.model import Electra
+from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
+from helpers import stub_generator_logits as _gen_logits_from_targets
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
-V = 8  # ids 0..4 special, 5, 6, 7 words
 LOG2 = math.log(2.0)
-
-
-def _gen_logits_from_targets(targets):
-  """Stub generator: log-probabilities chosen so each cross-entropy and each argmax is known on paper.
-
-  For a target t in {5, 6}: p(t) = 1/4, p(c) = 1/2 for the other word c (5 <-> 6), the 6 remaining ids 1/24 each.
-  For t = 7: p(7) = 1/2, p(5) = 1/4, the rest 1/24 each. So CE = log 4 for 5 and 6, log 2 for 7, and the most
-  likely token is c (a replacement) for 5 and 6 but the original for 7.
-  """
-  t = targets[..., None]
-  vocab = jnp.arange(V)
-  c = jnp.where(t == 5, 6, 5)
-  probs = jnp.where(vocab == t, jnp.where(t == 7, 0.5, 0.25),
-                    jnp.where(vocab == c, jnp.where(t == 7, 0.25, 0.5), 1 / 24))
-  return jnp.log(probs)
 
 
 def _stub_apply(original, disc_fn):
@@ -53,11 +37,7 @@ def _loss(apply_fn, batch, config, rng=0):
   return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
 
 
-def _batch(ids):
-  ids = np.asarray(ids, np.int32)
-  return {'input_ids': ids, 'segment_ids': np.zeros_like(ids), 'input_mask': (ids != 0).astype(np.int32)}
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize('seed', [0, 1])
 def test_losses_by_hand_random_selection(seed):
   # L = 16, mask_prob 0.15 -> P = int(0.155 * 16) = 2.
@@ -90,6 +70,7 @@ def _ratio(metric):
   return float(metric[0]) / float(metric[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mask_token_prob', [0.85, 0.0])
 def test_losses_and_metrics_by_hand(mask_token_prob):
   # L = 8, mask_prob 0.6 -> P = int(0.605 * 8) = 4; row 0: N = 5 -> n = round(3.0) = 3, row 1: N = 4 ->
@@ -139,6 +120,7 @@ def test_loss_weights():
   np.testing.assert_allclose(loss, 3.2 * LOG2 + 10 * (s + 4 / 9), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_disallow_correct_labels_every_selection_replaced():
   # The stub generator ranks the original 7 first; with disallow_correct its logit drops by 1000, so the
   # sample is never 7: all 5 selected tokens of the example above are replaced (T = 1, real Gumbel noise).
@@ -230,6 +212,7 @@ def test_uniform_generator():
   np.testing.assert_allclose(freq, 0.25, atol=0.016)
 
 
+@pytest.mark.slow
 def test_discriminator_loss_sends_no_gradient_into_the_generator():
   """Sampling is under stop_gradient: with gen_weight 0, every generator-tower gradient is exactly zero."""
   model_config = ModelConfig(vocab_size=32, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2,

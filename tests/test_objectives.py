@@ -2,7 +2,7 @@
 
 The example batch (as in test_objective.py): with mask_prob 0.6 every word is selected, so it is deterministic.
   row 0 [CLS] 5 6 7 [SEP] pad pad pad     row 1 [CLS] 7 5 [SEP] pad pad pad pad
-The stub generator (test_objective._gen_logits_from_targets) at T = 1e-3 samples 5 -> 6, 6 -> 5, 7 -> 7, so
+The stub generator (helpers.stub_generator_logits) at T = 1e-3 samples 5 -> 6, 6 -> 5, 7 -> 7, so
   corrupted row 0 [CLS] 6 5 7 [SEP]       corrupted row 1 [CLS] 7 6 [SEP]
 3 of the 5 selected tokens are replaced, 2 (the 7s) are sampled correctly; gen_loss = (3 log 4 + 2 log 2) / 5
 = 8/5 log 2.
@@ -22,7 +22,8 @@ from electra_jax import config as config_lib
 from electra_jax import masking, objective, train_step
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
-from test_objective import SPECIAL, V, _batch, _gen_logits_from_targets
+from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
+from helpers import stub_generator_logits as _gen_logits_from_targets
 
 LOG2 = math.log(2.0)
 IDS = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
@@ -62,6 +63,7 @@ def _loss(name, apply_fn, **config):
   return float(loss), {k: (float(n), float(d)) for k, (n, d) in metrics.items()}
 
 
+@pytest.mark.slow
 def test_electra_15_discriminator_loss_on_selected_positions_only():
   # Discriminator logits as in test_objective.py; only the 5 selected positions count:
   #   row 0 pos 1, 2, 3: logits  1 -1  1, labels 1 1 0 -> correct, wrong, wrong
@@ -163,6 +165,7 @@ def test_train_step_dispatches_through_the_registry(monkeypatch):
   np.testing.assert_allclose(metrics['loss'][0], 5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['replace_mlm', 'all_tokens_mlm', 'mlm'])
 def test_objectives_with_the_real_model(name):
   """The model each objective declares has the heads its loss calls: a finite loss, named like HF's heads."""
@@ -214,6 +217,7 @@ def _differentiable_stub(params, input_ids, segment_ids, input_mask, positions=N
   return DISC_LOGITS + params['disc']
 
 
+@pytest.mark.slow
 def test_adversarial_reinforce_gradient_by_hand():
   # Rewards R = the discriminator's loss on each selected token, s = log(1 + e^-1):
   #   row 0: pos 1 logit  1 label 1 -> s;   pos 2 logit -1 label 1 -> 1 + s;   pos 3 logit 1 label 0 -> 1 + s
@@ -268,6 +272,7 @@ def test_adversarial_reinforce_gradient_by_hand():
   np.testing.assert_allclose(grads['disc'], electra['disc'], rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_adversarial_with_the_real_model():
   """The model electra_adversarial declares has the baseline head; with the same rng (masks, samples) its
   discriminator gradient is ELECTRA's, and the generator's REINFORCE gradient reaches the baseline too."""

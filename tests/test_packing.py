@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from electra_jax.data import build, packing
-from electra_jax.masking import SpecialIds
+from helpers import SPECIAL  # pylint: disable=g-bad-import-order
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 
 
 class OfficialExampleBuilder:
@@ -191,13 +190,14 @@ def test_property_no_token_lost_but_the_official_cut(max_length, lengths, seed):
 
 @pytest.fixture(scope='module')
 def real_tokenizer(tmp_path_factory):
-  from conftest import make_corpus  # pylint: disable=g-import-not-at-top
+  from helpers import make_corpus  # pylint: disable=g-import-not-at-top
   from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   corpus = make_corpus(tmp_path_factory.mktemp('corpus') / 'c.txt', documents=30)
   with open(corpus, encoding='utf-8') as f:
     return tokenizer_lib.train(f.read().splitlines(), str(tmp_path_factory.mktemp('spm')), vocab_size=60)
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=60, deadline=None,
                      suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(lines=st.lists(st.text(min_size=0, max_size=120), min_size=1, max_size=12),
@@ -231,6 +231,7 @@ def test_nothing_is_lost_when_sentences_fit():
   assert 40 - len(kept) <= 3 * len(input_ids)
 
 
+@pytest.mark.slow
 def test_single_segment_and_random_length_rates():
   max_length = 128
   # One long document of one-token sentences: an example's content is exactly its target (or max - 3).

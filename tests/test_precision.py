@@ -3,10 +3,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from electra_jax.model import Electra
 import scale_setup as setup
-from test_sharding import assert_same_run
+from scale_setup import assert_same_run
+
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
 
 BF16 = (('model.dtype', 'bfloat16'),)
 ACCUMULATE = (('grad_accum_steps', 2),)

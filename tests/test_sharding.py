@@ -10,6 +10,10 @@ from jax.sharding import PartitionSpec
 from electra_jax import model as model_lib, optimizer, sharding
 from electra_jax.checkpoint import Checkpointer
 import scale_setup as setup
+from scale_setup import RTOL, assert_same_run  # pylint: disable=g-bad-import-order
+
+# Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
+pytestmark = pytest.mark.slow
 
 # (mesh shape, config overrides): data parallel; data x FSDP with rematerialised layers (the usual pairing for big
 # models, and remat must not change the loss or the gradients); data x FSDP x tensor; tensor parallel, where the
@@ -20,31 +24,9 @@ MESHES = {
     'data+fsdp+tensor': ((2, 2, 2), ()),
     'tensor': ((1, 1, 8), ()),
 }
-# Every mesh computes the same float32 math with different reduction orders (per-device partial sums combined by
-# all-reduce / reduce-scatter, split matmuls): each sum may differ by a few ulps (float32 eps 1.2e-7), and 10 Adam
-# steps carry that along (Adam divides by sqrt(v): it rescales rather than amplifies a relative error). Measured on
-# XLA:CPU: at most 3e-7 relative on losses and gradient norms, 1.5e-7 absolute on parameters. RTOL = 1e-5 leaves
-# headroom for other backends and is still far below what a real bug does (a wrong mask, a missing all-reduce or a
-# mis-sharded update moves the loss by > 1e-2).
-RTOL = 1e-5
-ATOL_PARAMS = 1e-6
-
-
 def _adam(opt_state):
   leaves = jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optimizer.ScaleByAdamState))
   return next(s for s in leaves if isinstance(s, optimizer.ScaleByAdamState))
-
-
-def assert_same_run(history, state, reference, reference_state):
-  """Same losses and gradient norms (RTOL), identical counts, parameters equal to float32 rounding."""
-  np.testing.assert_allclose(setup.losses(history), setup.losses(reference), rtol=RTOL)
-  np.testing.assert_allclose([m['grad_norm'][0] for m in history], [m['grad_norm'][0] for m in reference],
-                             rtol=RTOL)
-  # Counts are exact: the same positions are masked and the same tokens sampled on every mesh.
-  for name in ('gen_accuracy', 'disc_accuracy', 'replaced_fraction', 'sampled_original'):
-    assert [m[name] for m in history] == [m[name] for m in reference], name
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL_PARAMS), state.params,
-               reference_state.params)
 
 
 @pytest.mark.parametrize('name', MESHES)

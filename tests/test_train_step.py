@@ -16,11 +16,9 @@ from configs import default
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax import objective, optimizer, sharding, train_step
-from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
-from conftest import override  # pylint: disable=g-bad-import-order
+from helpers import SPECIAL, override  # pylint: disable=g-bad-import-order
 
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 V, B, L = 64, 8, 16
 LENGTHS = (16, 16, 12, 10, 8, 5, 3, 16)  # real tokens per row
 RULES = dict(default.get_config().mesh.rules)  # logical axis -> mesh axes, as configured
@@ -93,6 +91,7 @@ def _value(metrics, name):
   return float(numerator) / float(denominator)
 
 
+@pytest.mark.slow
 def test_one_step_returns_every_metric(run, batch, initial):
   state = _fresh(run, initial)
   before = initial.params
@@ -125,6 +124,7 @@ def test_one_step_returns_every_metric(run, batch, initial):
   assert all(jax.tree.leaves(changed))
 
 
+@pytest.mark.slow
 def test_loss_goes_down_on_a_fixed_batch(run, batch, initial):
   state = _fresh(run, initial)
   losses = []
@@ -159,6 +159,7 @@ def test_rng_is_folded_with_the_step(run, batch, initial):
   assert _value(metrics, 'loss') == losses[5]  # and the same step draws the same
 
 
+@pytest.mark.slow
 def test_objective_schedules_follow_the_state_step(batch, initial):
   """Temperature and lambda are functions of state.step inside the compiled step (a restored state at step s
   samples and weighs as the uninterrupted run did at s), with the values worked out by hand.
@@ -283,6 +284,7 @@ def _disc_params(v, e, h, layers, ffn):
   return embeddings + project + layers * layer + head
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name, dims, paper_millions', [
     ('small', (128, 256, 12, 1024), 14),  # 13,549,057
     ('base', (768, 768, 12, 3072), 110),  # 109,483,009
@@ -316,6 +318,7 @@ def _equal(a, b):
   return all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tying, embedding_size', [('embeddings', 8), ('none', 16)])
 def test_two_stage_training(tying, embedding_size):
   """objective.two_stage_generator_steps = 2: steps 0 and 1 train the generator alone (MLM), step 2 initialises

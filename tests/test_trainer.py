@@ -1,41 +1,21 @@
 """The training loop end to end: resume equality, preemption, NaN handling, bad input, the CLI."""
 
-import contextlib
-import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from electra_jax import checkpoint, config as config_lib, data, trainer
-from electra_jax.checkpoint import Checkpointer
-from conftest import tiny_pretraining_config as tiny_config  # pylint: disable=g-bad-import-order
+from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
+from helpers import tiny_pretraining_config as tiny_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
-pytestmark = pytest.mark.usefixtures('compile_once')
-
-
-
-def read_metrics(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f]
-
-
-def final_params(workdir):
-  """The parameters and data position of the latest checkpoint of `workdir`."""
-  _, params = checkpoint.load_params(str(workdir))
-  ckpt = Checkpointer(str(workdir))
-  data_state = ckpt.manager.restore(ckpt.latest_step(), args=ocp.args.Composite(data=ocp.args.JsonRestore()))
-  ckpt.close()
-  return jax.device_get(params), data_state['data']
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('compile_once')]
 
 
 def assert_same_run(config, one_go, resumed):
@@ -71,22 +51,6 @@ def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '5']
   trainer.train(config, tmp_path)
   assert_same_run(config, one_go, tmp_path)
-
-
-@contextlib.contextmanager
-def sigterm_at_step(step: int):
-  """Delivers a SIGTERM while the batch of `step` is being prepared: the run checkpoints after `step` and stops."""
-  real_next, calls = data.BatchIterator.__next__, []
-
-  def next_then_preempt(self):
-    calls.append(1)
-    if len(calls) == step:
-      os.kill(os.getpid(), signal.SIGTERM)
-    return real_next(self)
-
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(data.BatchIterator, '__next__', next_then_preempt)
-    yield
 
 
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
