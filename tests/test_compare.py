@@ -177,6 +177,7 @@ def fake_finetune(c, workdir):
           'median': {'dev/accuracy': sum(scores) / 2}}
 
 
+@pytest.mark.slow
 def test_finetune_budgets_stop_early_and_a_frozen_generator_from_the_experiment(tmp_path, grammar_corpus, cache_dir,
                                                                                 monkeypatch):
   config = tiny_config(grammar_corpus, cache_dir, str(tmp_path / 'task'))

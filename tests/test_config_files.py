@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from electra_jax import config_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,6 +24,7 @@ def test_a_path_that_exists_is_read_as_given(tmp_path, monkeypatch):
       'x', '--config.train_steps=3', '--config', 'mine.py']
 
 
+@pytest.mark.slow
 def test_the_installed_package_carries_the_configs(tmp_path):
   """A wheel built from setup.py installs configs/ as electra_jax/configs and nothing named `configs` at the top
   level; from a directory without configs/, `--config=configs/large.py` reads the packaged file, whose

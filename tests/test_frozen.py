@@ -15,9 +15,9 @@ from electra_jax import checkpoint, data, flops, frozen, sharding, trainer
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
 from electra_jax.train_step import Pretraining
-from conftest import tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
-pytestmark = pytest.mark.usefixtures('compile_once')
+pytestmark = [pytest.mark.usefixtures('compile_once'), pytest.mark.slow]
 
 
 @pytest.fixture(scope='module')

@@ -70,6 +70,7 @@ def loss_grads(config, params):
   return jax.jit(jax.jacrev(losses))(params)  # jitted: op by op, the backward pass takes a minute
 
 
+@pytest.mark.slow
 def test_discriminator_gradient_does_not_reach_the_shared_tables():
   config, params = init('gdes')
   params['discriminator']['embeddings_delta'] = jax.tree.map(lambda x: x + 0.01, params['discriminator'][
@@ -114,6 +115,7 @@ def test_gdes_needs_a_generator_and_a_detector():
   objective.get('electra_15').model(ModelConfig(**SMALL, tying='gdes'))
 
 
+@pytest.mark.slow
 def test_export_folds_the_delta_and_fine_tuning_reads_it(tmp_path):
   transformers = pytest.importorskip('transformers')
   pytest.importorskip('torch')

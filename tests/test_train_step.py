@@ -448,6 +448,7 @@ def tiny_params():
   return jax.jit(_TinyElectra().init)(jax.random.PRNGKey(0), ids, ids, ids, jnp.zeros((B, 2), jnp.int32))['params']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', [*objective.OBJECTIVES, 'two_stage'])
 def test_gradient_accumulation_equals_one_batch_for_every_objective(name, tiny_params):
   """grad_accum_steps=2 takes the steps grad_accum_steps=1 takes, for every objective (and two-stage ELECTRA, its
