@@ -456,8 +456,10 @@ def test_gradient_accumulation_equals_one_batch_for_every_objective(name, tiny_p
   dropout, masking and samples are keyed by its index in the whole batch. Two steps, so the second step starts
   from the first one's update."""
   two_stage = name == 'two_stage'
+  # electra_frozen's frozen generator is a stand-in tower here (its loading is tests/test_frozen.py's).
   objective_config = config_lib.ObjectiveConfig(name='electra' if two_stage else name,
-                                                two_stage_generator_steps=int(two_stage))
+                                                two_stage_generator_steps=int(two_stage),
+                                                generator_checkpoint='WORKDIR' if name == 'electra_frozen' else '')
   model = _TinyElectra()
   tx, schedule = optax.sgd(0.1), lambda step: 0.1
   batch = {k: jnp.asarray(v) for k, v in _numpy_batch().items()}
