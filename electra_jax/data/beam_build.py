@@ -61,7 +61,12 @@ class PackFile(beam.DoFn):
     chunks = build_lib.chunk_documents(corpus.read_documents([path]), self.chunk_chars)
     for index, documents in enumerate(chunks, int(first_chunks[number])):
       chunk = build_lib.pack_chunk(self.tokenizer, documents, index=index, seed=self.seed, max_length=self.max_length)
-      yield index, chunk, build_lib.chunk_counts(chunk, self.tokenizer, self.max_length)
+      counts = build_lib.chunk_counts(chunk, self.tokenizer, self.max_length)
+      # As the shards store them (uint16 ids for a vocabulary up to 65536, uint8 segments): a third of the int32
+      # arrays, which a local runner holds in memory until every chunk is packed.
+      chunk.input_ids = chunk.input_ids.astype(examples_lib.ids_dtype(self.tokenizer.vocab_size))
+      chunk.segment_ids = chunk.segment_ids.astype(np.uint8)
+      yield index, chunk, counts
 
 
 def shard_pieces(packed, first_examples, shard_examples: int):
