@@ -64,6 +64,7 @@ def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, 
   assert sorted(os.listdir(tmp_path)) == ['beam']  # the staging directory is gone
   beam_build.build(source, tokenizer, gcs_dir, runner='DirectRunner', processes=1, **SETTINGS)
   assert_same_dataset(gcs_dir, pool_build)
+  assert not (fileio.path(gcs_dir) / build.PARTIAL).exists()
   # What the trainer reads from gs:// is what the local build holds.
   config = data.DataConfig(source=gcs_dir, max_seq_length=64, cache_dir=str(tmp_path / 'cache'))
   from_gcs = data.load_examples(config, data.load_tokenizer(config))
@@ -87,6 +88,12 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir
       beam_build.build(source, tokenizer, output, runner='DirectRunner', processes=1, **SETTINGS)
     assert not examples_lib.is_built(output)
   assert os.listdir(tmp_path) == []
+  with pytest.raises(DataError, match='pass --overwrite'):  # what the failed job left on gs://
+    build.check_output(gcs_dir, overwrite=False, remote=True)
+  build.check_output(gcs_dir, overwrite=True, remote=True)  # ... which --overwrite replaces
+  (fileio.path(gcs_dir) / build.PARTIAL).unlink()
+  with pytest.raises(DataError, match='refusing to delete'):
+    build.check_output(gcs_dir, overwrite=True, remote=True)
   (tmp_path / 'empty.txt').write_text('\n\n')
   with pytest.raises(DataError, match='holds no text'):
     beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), tokenizer, str(tmp_path / 'out'),

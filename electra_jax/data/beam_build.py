@@ -149,6 +149,8 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: st
     directory = os.path.join(os.path.dirname(output), f'.{os.path.basename(output)}.tmp{os.getpid()}')
     shutil.rmtree(directory, ignore_errors=True)
   try:
+    if remote:
+      fileio.write_text(fileio.path(directory) / build_lib.PARTIAL, 'a data build is writing here\n')
     tokenizer.save(directory)
     record_bytes = max_length * (examples_lib.ids_dtype(tokenizer.vocab_size).itemsize + 1)
     shard_examples = max(1, shard_bytes // record_bytes)
@@ -182,7 +184,9 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: st
       raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
                       'paragraph per line')
     metadata = examples_lib.read_metadata(directory)
-    if not remote:
+    if remote:
+      (fileio.path(directory) / build_lib.PARTIAL).unlink()
+    else:
       examples_lib.ArrayRecordExamples(directory)  # checks that every shard reads back with its count
       if os.path.exists(output):
         shutil.rmtree(output)

@@ -30,6 +30,7 @@ from electra_jax.data.tokenizer import Tokenizer
 
 CHUNK_CHARS = 1 << 20
 SHARD_BYTES = 64 << 20
+PARTIAL = '.electra_data.partial'  # in a gs:// output while it is built: --overwrite may remove what a failed job left
 
 
 @dataclasses.dataclass
@@ -180,7 +181,7 @@ def check_output(output: str, overwrite: bool, remote: bool = False):
     if fileio.path(output).is_dir() and any(fileio.path(output).iterdir()):
       if not overwrite:
         raise DataError(f'{output} already exists; pass --overwrite to replace it, or choose another --output')
-      if not examples_lib.is_built(output):
+      if not examples_lib.is_built(output) and not (fileio.path(output) / PARTIAL).exists():
         raise DataError(f'{output} is not a dataset built by electra_jax (no {examples_lib.METADATA}); refusing to '
                         'delete it, even with --overwrite: remove it yourself or choose another --output')
     return
