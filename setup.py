@@ -33,5 +33,9 @@ setuptools.setup(
         # The CUDA plugin and NVIDIA's CUDA/cuDNN/NCCL wheels (~5 GB): on a GPU machine they run the GPUs; on any
         # other machine `python -m electra_jax.aot --topology=h100:8` uses them to compile for GPUs.
         'cuda': ['jax[cuda12]==0.10.2'],
+        # `data build --runner=...` on Apache Beam (Dataflow, Flink, Spark, or DirectRunner locally): ~0.5 GB. Beam
+        # holds protobuf below 7, so in the same environment a SentencePiece tokenizer cannot be converted to
+        # Hugging Face's format (convert.py): install it where the data is built, not in the test extra.
+        'beam': ['apache-beam==2.77.0'],
     },
 )

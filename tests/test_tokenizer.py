@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import random
 import stat
 
 import hypothesis
@@ -162,3 +163,24 @@ def test_any_text_encodes_to_ids_in_range(trained, batch):
       assert all(0 <= i < tokenizer.vocab_size for i in line_ids)
       assert bool(line_ids) <= bool(line.strip())  # nothing from an empty or blank line
     tokenizer.decode([i for line_ids in ids for i in line_ids])
+
+
+@pytest.mark.parametrize('kind', ['unigram', 'wordpiece'])
+def test_sample_spans_a_corpus_sorted_by_domain(kind, tmp_path, monkeypatch):
+  """`data tokenizer` on a corpus larger than its sample (4 files of 1200 lines, 300 sampled), each file a domain
+  spelt with letters of its own: the sample reaches every file, so no domain's text encodes to [UNK]."""
+  from electra_jax import data  # pylint: disable=g-import-not-at-top
+  from electra_jax.data import __main__ as cli  # pylint: disable=g-import-not-at-top
+  rng = random.Random(0)
+  alphabets = ['abcdef', 'ghijkl', 'mnopqr', 'stuvwx']
+  for number, letters in enumerate(alphabets):
+    words = [''.join(rng.choice(letters) for _ in range(rng.randint(2, 6))) for _ in range(30)]
+    lines = [' '.join(rng.choice(words) for _ in range(8)) for _ in range(1200)]
+    (tmp_path / f'{number}-domain.txt').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  monkeypatch.setattr(data, 'TOKENIZER_SAMPLE_LINES', 300)
+  cli.main(['tokenizer', f'--source={tmp_path}/*-domain.txt', f'--output={tmp_path}/tok', f'--type={kind}',
+            '--vocab_size=60'])
+  tokenizer = tokenizer_lib.load(str(tmp_path / 'tok'))
+  for letters in alphabets:
+    ids = tokenizer.encode([' '.join(letters[i:] + letters[:i] for i in range(len(letters)))])[0]
+    assert tokenizer.special.unk not in ids, (letters, tokenizer.pieces(ids))

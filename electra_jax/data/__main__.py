@@ -2,6 +2,7 @@
 
   python -m electra_jax.data tokenizer --source=corpus/*.txt.gz --output=tok/ [--type=wordpiece] [--vocab_size=30522]
   python -m electra_jax.data build --source=corpus/*.txt.gz --output=data/ [--tokenizer=tok/] [--processes=8]
+  python -m electra_jax.data build ... --runner=DirectRunner|DataflowRunner|... [Beam's own --options]
   python -m electra_jax.data inspect --source=data/ [--examples=3]
 
 --source is what `data.source` accepts: text files (glob, directory, .gz), tfds:NAME[/CONFIG], or a built directory.
@@ -55,9 +56,12 @@ def build(args):
   config = _config(args)
   if examples_lib.is_built(config.source):
     raise data.DataError(f'{config.source} is already a built dataset; give text files or tfds:NAME as --source')
-  build_lib.check_output(args.output, args.overwrite)
+  build_lib.check_output(args.output, args.overwrite, remote=bool(args.runner))
   source = data.open_source(config)
   tokenizer = data.load_tokenizer(config)
+  if args.runner:
+    _build_on_beam(args, config, source, tokenizer)
+    return
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} ({args.processes or os.cpu_count()} '
        'processes)')
   last = [time.time()]
@@ -69,6 +73,21 @@ def build(args):
 
   metadata = build_lib.build(source, tokenizer, args.output, max_length=config.max_seq_length, seed=args.seed,
                              processes=args.processes, overwrite=args.overwrite, progress=progress)
+  print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
+        f'in {metadata["build_seconds"]} s')
+  _print_statistics(metadata['statistics'])
+
+
+def _build_on_beam(args, config, source, tokenizer):
+  try:
+    from electra_jax.data import beam_build  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise data.DataError(f'--runner={args.runner} needs Apache Beam ({e}): pip install -e ".[beam]"') from None
+  _log(f'packing {source} with {tokenizer.model_file} into {args.output} on Beam {args.runner} '
+       f'({" ".join(args.pipeline_args) or "no pipeline options"})')
+  metadata = beam_build.build(source, tokenizer, args.output, runner=args.runner, pipeline_args=args.pipeline_args,
+                              max_length=config.max_seq_length, seed=args.seed, processes=args.processes,
+                              overwrite=args.overwrite)
   print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
         f'in {metadata["build_seconds"]} s')
   _print_statistics(metadata['statistics'])
@@ -160,10 +179,18 @@ def parse_args(argv):
       command.add_argument('--output', required=True, help='directory to write')
       command.add_argument('--processes', type=int, default=0, help='packing processes; 0: one per CPU core')
       command.add_argument('--overwrite', action='store_true', help='replace an existing built --output')
+      command.add_argument('--runner', default='', help="Apache Beam runner to build on (DirectRunner, "
+                           "DataflowRunner, FlinkRunner, SparkRunner; needs the [beam] extra), with any other "
+                           "options passed to Beam (DirectRunner: --processes workers); '': this machine's "
+                           "processes (fastest on one machine)")
     else:
       command.add_argument('--examples', type=int, default=3, help='how many examples to print')
       command.add_argument('--pieces', action='store_true', help='print token pieces instead of decoded text')
-  return parser.parse_args(argv)
+  args, unknown = parser.parse_known_args(argv)
+  args.pipeline_args = unknown
+  if unknown and not getattr(args, 'runner', ''):
+    parser.error(f'unrecognized arguments: {" ".join(unknown)}')  # Beam's options only follow --runner
+  return args
 
 
 def main(argv=None):

@@ -1,7 +1,8 @@
 """Text source -> tokenized, packed examples: in memory (small corpora), or built once into ArrayRecord shards.
 
-Documents are grouped, in order, into chunks of about `chunk_chars` characters (at document boundaries); chunk i is
-tokenized and packed on its own with `random.Random(f'{seed}:{i}')`. The examples therefore depend only on the
+Documents are grouped, in order, into chunks of about `chunk_chars` characters (at document boundaries; a file's end
+also ends a chunk, so that each file's chunks can be counted and packed apart, see beam.py); chunk i is tokenized
+and packed on its own with `random.Random(f'{seed}:{i}')`. The examples therefore depend only on the
 text, the tokenizer, max_length, the seed and the chunk size, never on how many processes pack them: `pack_source`
 (the in-memory path) and `build` (the on-disk path) produce the same examples in the same order.
 """
@@ -21,6 +22,7 @@ import numpy as np
 import tqdm
 
 from electra_jax import fileio
+from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import packing
 from electra_jax.data.corpus import DataError
@@ -28,6 +30,7 @@ from electra_jax.data.tokenizer import Tokenizer
 
 CHUNK_CHARS = 1 << 20
 SHARD_BYTES = 64 << 20
+PARTIAL = '.electra_data.partial'  # in a gs:// output while it is built: --overwrite may remove what a failed job left
 
 
 @dataclasses.dataclass
@@ -50,6 +53,14 @@ def chunk_documents(documents: Iterable[list[str]], chunk_chars: int = CHUNK_CHA
       chunk, size = [], 0
   if chunk:
     yield chunk
+
+
+def source_chunks(source, chunk_chars: int = CHUNK_CHARS) -> Iterator[list[list[str]]]:
+  """The chunks of `source` in order: those of each of its text files in turn, else of its documents."""
+  files = getattr(source, 'files', None)
+  if files is None:
+    return chunk_documents(source.documents(), chunk_chars)
+  return (chunk for path in files for chunk in chunk_documents(corpus.read_documents([path]), chunk_chars))
 
 
 def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], *, index: int, seed: int,
@@ -85,7 +96,7 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
   This process reads the text; with processes > 1, worker processes tokenize and pack, a bounded number of chunks
   ahead so memory stays flat on any corpus size.
   """
-  tasks = ((i, chunk, seed, max_length) for i, chunk in enumerate(chunk_documents(source.documents(), chunk_chars)))
+  tasks = ((i, chunk, seed, max_length) for i, chunk in enumerate(source_chunks(source, chunk_chars)))
   first = list(itertools.islice(tasks, 2))
   tasks = itertools.chain(first, tasks)
   if processes <= 1 or len(first) < 2:  # one chunk: not worth starting processes
@@ -127,12 +138,53 @@ def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, 
                                        np.concatenate([c.segment_ids for c in chunks]))
 
 
-def check_output(output: str, overwrite: bool):
-  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`."""
+def chunk_counts(chunk: PackedChunk, tokenizer: Tokenizer, max_length: int) -> collections.Counter:
+  """What one chunk adds to the corpus statistics: integer counts, summed over chunks in any order."""
+  stats = examples_lib.Statistics(tokenizer.special, max_length)
+  stats.add(chunk.input_ids, chunk.segment_ids)
+  return collections.Counter(documents=chunk.documents, source_tokens=chunk.source_tokens, examples=stats.examples,
+                             tokens=stats.tokens, content=stats.content, unknown=stats.unknown, single=stats.single)
+
+
+def manifest(source, tokenizer: Tokenizer, *, max_length: int, seed: int, chunk_chars: int, shards: list[dict],
+             counts: collections.Counter, started: float, **how) -> dict:
+  """The metadata of a built directory (electra_data.json) from its shards and the summed `chunk_counts`; `how`
+  records how it was built (processes, runner)."""
+  stats = examples_lib.Statistics(tokenizer.special, max_length)
+  for name in ('examples', 'tokens', 'content', 'unknown', 'single'):
+    setattr(stats, name, counts[name])
+  statistics = stats.result()
+  statistics.update(documents=counts['documents'], source_tokens=counts['source_tokens'],
+                    kept_token_fraction=statistics['content_tokens'] / max(1, counts['source_tokens']),
+                    skipped=dict(source.skipped))
+  return {
+      'format': examples_lib.FORMAT, 'version': examples_lib.VERSION,
+      'max_seq_length': max_length, 'num_examples': counts['examples'],
+      'ids_dtype': examples_lib.ids_dtype(tokenizer.vocab_size).name,
+      'shards': shards, 'seed': seed, 'chunk_chars': chunk_chars, 'source': str(source),
+      'source_fingerprint': source.fingerprint(),
+      'tokenizer': {'type': tokenizer.kind, 'file': tokenizer.file_name, 'fingerprint': tokenizer.fingerprint,
+                    'vocab_size': tokenizer.vocab_size, 'lowercase': tokenizer.lowercase},
+      'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+      'build_seconds': round(time.time() - started, 1), **how, 'statistics': statistics,
+  }
+
+
+def check_output(output: str, overwrite: bool, remote: bool = False):
+  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`; gs://
+  only where `remote` (the Beam build)."""
   if fileio.is_remote(output):
-    raise DataError(f'--output={output}: build writes ArrayRecord shards, which array_record writes to local files '
-                    'only; build to a local directory, then copy it up (`gcloud storage cp -r DIR gs://...`) and '
-                    'train with data.source=gs://.../DIR')
+    if not remote:
+      raise DataError(f'--output={output}: this build writes local files (array_record writes local files only); '
+                      'add --runner=DirectRunner, whose workers upload their shards, or build to a local directory '
+                      'and copy it up (`gcloud storage cp -r DIR gs://...`)')
+    if fileio.path(output).is_dir() and any(fileio.path(output).iterdir()):
+      if not overwrite:
+        raise DataError(f'{output} already exists; pass --overwrite to replace it, or choose another --output')
+      if not examples_lib.is_built(output) and not (fileio.path(output) / PARTIAL).exists():
+        raise DataError(f'{output} is not a dataset built by electra_jax (no {examples_lib.METADATA}); refusing to '
+                        'delete it, even with --overwrite: remove it yourself or choose another --output')
+    return
   output = os.path.abspath(os.path.expanduser(output))
   if os.path.isdir(output) and not os.listdir(output):
     return
@@ -164,42 +216,24 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
   os.makedirs(tmp)
   started = time.time()
   try:
-    tokenizer_file = tokenizer.save(tmp)
+    tokenizer.save(tmp)
     ids_dtype = examples_lib.ids_dtype(tokenizer.vocab_size)
     record_bytes = max_length * (ids_dtype.itemsize + 1)
     writer = examples_lib.ShardWriter(tmp, max_length=max_length, vocab_size=tokenizer.vocab_size,
                                       shard_examples=max(1, shard_bytes // record_bytes))
     counts = collections.Counter()
-    stats = examples_lib.Statistics(tokenizer.special, max_length)
     for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
                              chunk_chars=chunk_chars):
       writer.write(chunk.input_ids, chunk.segment_ids)
-      stats.add(chunk.input_ids, chunk.segment_ids)
-      counts['documents'] += chunk.documents
-      counts['source_tokens'] += chunk.source_tokens
-      counts['examples'] += len(chunk.input_ids)
+      counts.update(chunk_counts(chunk, tokenizer, max_length))
       if progress:
         progress(dict(counts))
     shards = writer.close()
     if not counts['examples']:
       raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
                       'paragraph per line')
-    metadata = {
-        'format': examples_lib.FORMAT, 'version': examples_lib.VERSION,
-        'max_seq_length': max_length, 'num_examples': counts['examples'], 'ids_dtype': ids_dtype.name,
-        'shards': shards, 'seed': seed, 'chunk_chars': chunk_chars, 'source': str(source),
-        'source_fingerprint': source.fingerprint(),
-        'tokenizer': {'type': tokenizer.kind, 'file': os.path.basename(tokenizer_file),
-                      'fingerprint': tokenizer.fingerprint, 'vocab_size': tokenizer.vocab_size,
-                      'lowercase': tokenizer.lowercase},
-        'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-        'build_seconds': round(time.time() - started, 1), 'processes': processes,
-    }
-    statistics = stats.result()
-    statistics.update(documents=counts['documents'], source_tokens=counts['source_tokens'],
-                      kept_token_fraction=statistics['content_tokens'] / max(1, counts['source_tokens']),
-                      skipped=dict(source.skipped))
-    metadata['statistics'] = statistics
+    metadata = manifest(source, tokenizer, max_length=max_length, seed=seed, chunk_chars=chunk_chars, shards=shards,
+                        counts=counts, started=started, processes=processes)
     examples_lib.write_metadata(tmp, metadata)
     examples_lib.ArrayRecordExamples(tmp)  # checks that every shard reads back with its count
     if os.path.exists(output):

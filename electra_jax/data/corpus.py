@@ -125,7 +125,9 @@ class TextFiles:
     return read_documents(self.files)
 
   def lines(self, max_lines: int) -> Iterator[str]:
-    """Lines to train a tokenizer on: all of them (the trainers sample at most `max_lines` themselves)."""
+    """Lines to train a tokenizer on: all of them, in order. The trainers keep a uniform sample of at most
+    `max_lines` of the whole stream (reservoir sampling: SentencePiece's own, tokenizer._sample for WordPiece), so
+    a corpus sorted by domain is sampled from every part, in one pass that reads but does not tokenize."""
     del max_lines
     return (line for document in self.documents() for line in document)
 

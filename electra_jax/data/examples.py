@@ -167,21 +167,22 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 
 
 class ShardWriter:
-  """Appends examples to examples-NNNNN.array_record shards of `shard_examples` examples each."""
+  """Appends examples to examples-NNNNN.array_record shards of `shard_examples` examples each, numbered from
+  `first`."""
 
-  def __init__(self, directory: str, *, max_length: int, vocab_size: int, shard_examples: int):
+  def __init__(self, directory: str, *, max_length: int, vocab_size: int, shard_examples: int, first: int = 0):
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
     self._module = array_record_module
     self.directory, self.max_length, self.shard_examples = directory, max_length, shard_examples
     self.ids_dtype = ids_dtype(vocab_size)
     self.shards: list[dict] = []
-    self._writer = None
+    self._writer, self._first = None, first
 
   def write(self, input_ids: np.ndarray, segment_ids: np.ndarray):
     for record in encode_records(input_ids, segment_ids, self.ids_dtype):
       if self._writer is None or self.shards[-1]['examples'] == self.shard_examples:
         self._close_shard()
-        name = SHARD_PATTERN.format(len(self.shards))
+        name = SHARD_PATTERN.format(self._first + len(self.shards))
         # group_size:1 makes every record directly addressable: random reads touch one record, not a chunk.
         self._writer = self._module.ArrayRecordWriter(os.path.join(self.directory, name),
                                                       'group_size:1,uncompressed')

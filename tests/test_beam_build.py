@@ -1,0 +1,120 @@
+"""`data build --runner=DirectRunner`: the Beam pipeline writes the local build's shards byte for byte, locally and
+on (the emulator's) gs://, and a failed job leaves nothing that reads as a dataset."""
+
+import filecmp
+import os
+
+import numpy as np
+import pytest
+
+# CI installs `.[test]` only: Beam (the `beam` extra) holds protobuf below 7, which the sentencepiece the
+# Hugging Face conversion imports cannot load with, so it is not part of the test extra.
+pytest.importorskip('apache_beam', reason='Apache Beam is not installed (pip install -e ".[beam]")')
+
+# pylint: disable=wrong-import-position
+from conftest import make_corpus
+from electra_jax import data, fileio
+from electra_jax.data import DataError, beam_build, build, corpus
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from test_data_build import _cli
+
+SETTINGS = dict(max_length=64, seed=5, chunk_chars=3000, shard_bytes=64 * 3 * 50)  # several chunks per file and shards
+
+
+@pytest.fixture(scope='module')
+def corpus_dir(tmp_path_factory):
+  directory = tmp_path_factory.mktemp('corpus')
+  for i in range(3):
+    make_corpus(directory / f'part{i}.txt.gz', documents=40, seed=i, gz=True)
+  return str(directory)
+
+
+@pytest.fixture(scope='module')
+def tokenizer(corpus_dir, tmp_path_factory):
+  lines = (line for document in corpus.TextFiles(corpus_dir).documents() for line in document)
+  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
+
+
+@pytest.fixture(scope='module')
+def pool_build(corpus_dir, tokenizer, tmp_path_factory):
+  """The local build (2 processes) of the corpus: (directory, metadata)."""
+  directory = str(tmp_path_factory.mktemp('pool') / 'data')
+  return directory, build.build(corpus.TextFiles(corpus_dir), tokenizer, directory, processes=2, **SETTINGS)
+
+
+def assert_same_dataset(directory, pool_build):
+  expected_dir, expected = pool_build
+  metadata = examples_lib.read_metadata(directory)
+  assert len(expected['shards']) == 8
+  assert metadata['shards'] == expected['shards']  # names, counts, sizes and sha256
+  assert metadata['statistics'] == expected['statistics'] and metadata['num_examples'] == expected['num_examples']
+  assert metadata['tokenizer'] == expected['tokenizer'] and metadata['runner'] == 'DirectRunner'
+  local = fileio.local_copy(directory, os.listdir(expected_dir), os.path.join(expected_dir, '..', 'copy')) \
+      if fileio.is_remote(directory) else directory
+  for name in os.listdir(expected_dir):
+    assert filecmp.cmp(os.path.join(expected_dir, name), os.path.join(local, name), shallow=False) or \
+        name == examples_lib.METADATA, name
+
+
+def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, tmp_path, gcs_dir):
+  source = corpus.TextFiles(corpus_dir)
+  beam_build.build(source, tokenizer, str(tmp_path / 'beam'), runner='DirectRunner', processes=1, **SETTINGS)
+  assert_same_dataset(str(tmp_path / 'beam'), pool_build)
+  assert sorted(os.listdir(tmp_path)) == ['beam']  # the staging directory is gone
+  beam_build.build(source, tokenizer, gcs_dir, runner='DirectRunner', processes=1, **SETTINGS)
+  assert_same_dataset(gcs_dir, pool_build)
+  assert not (fileio.path(gcs_dir) / build.PARTIAL).exists()
+  # What the trainer reads from gs:// is what the local build holds.
+  config = data.DataConfig(source=gcs_dir, max_seq_length=64, cache_dir=str(tmp_path / 'cache'))
+  from_gcs = data.load_examples(config, data.load_tokenizer(config))
+  local = examples_lib.ArrayRecordExamples(pool_build[0])
+  np.testing.assert_array_equal(from_gcs.read(np.arange(len(local)))[0], local.read(np.arange(len(local)))[0])
+
+
+def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir, monkeypatch):
+  """A worker failing on one shard: no manifest on gs://, no output locally; an empty corpus is one clear error."""
+  write = beam_build.WriteShard.process
+
+  def fail_on_shard_3(self, shard_pieces):
+    if shard_pieces[0] == 3:
+      raise OSError('disk full')
+    yield from write(self, shard_pieces)
+
+  monkeypatch.setattr(beam_build.WriteShard, 'process', fail_on_shard_3)
+  source = corpus.TextFiles(corpus_dir)
+  for output in (gcs_dir, str(tmp_path / 'local')):
+    with pytest.raises(Exception, match='disk full'):
+      beam_build.build(source, tokenizer, output, runner='DirectRunner', processes=1, **SETTINGS)
+    assert not examples_lib.is_built(output)
+  assert os.listdir(tmp_path) == []
+  with pytest.raises(DataError, match='pass --overwrite'):  # what the failed job left on gs://
+    build.check_output(gcs_dir, overwrite=False, remote=True)
+  build.check_output(gcs_dir, overwrite=True, remote=True)  # ... which --overwrite replaces
+  (fileio.path(gcs_dir) / build.PARTIAL).unlink()
+  with pytest.raises(DataError, match='refusing to delete'):
+    build.check_output(gcs_dir, overwrite=True, remote=True)
+  (tmp_path / 'empty.txt').write_text('\n\n')
+  with pytest.raises(DataError, match='holds no text'):
+    beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), tokenizer, str(tmp_path / 'out'),
+                     runner='DirectRunner', processes=1, **SETTINGS)
+  assert os.listdir(tmp_path) == ['empty.txt']
+
+
+def test_cli_runner_and_pipeline_options(corpus_dir, tokenizer, tmp_path, gcs_dir, capsys):
+  """--runner passes Beam's own options through and writes gs://; without it, gs:// and Beam options are refused
+  with what to do."""
+  common = [f'--source={corpus_dir}', f'--tokenizer={os.path.dirname(tokenizer.model_file)}',
+            '--max_seq_length=32']
+  status, out, _ = _cli(capsys, 'build', *common, f'--output={gcs_dir}', '--runner=DirectRunner',
+                        '--direct_num_workers=1', '--direct_running_mode=in_memory')
+  assert status == 0 and 'fill ratio' in out, out
+  assert examples_lib.read_metadata(gcs_dir)['max_seq_length'] == 32
+  status, _, err = _cli(capsys, 'build', *common, f'--output={gcs_dir}', '--runner=DirectRunner')
+  assert status == 1 and '--overwrite' in err
+  status, _, err = _cli(capsys, 'build', *common, f'--output={gcs_dir}/other')
+  assert status == 1 and err.startswith('error: ') and '--runner=DirectRunner' in err
+  status, _, err = _cli(capsys, 'build', *common, f'--output={tmp_path}/x', '--direct_num_workers=1')
+  assert status == 2 and 'unrecognized arguments: --direct_num_workers=1' in err
+  status, _, err = _cli(capsys, 'build', *common, f'--output={gcs_dir}/other', '--runner=DataflowRunner')
+  assert status == 1 and 'give the corpus and --output on gs://' in err
