@@ -8,7 +8,8 @@ the key activations (`batch`, `length`, `embed`, `heads`, `mlp`, `vocab`) throug
 no-ops unless the rules and a mesh are active while tracing (`electra_jax.sharding.activate`).
 
 Mixed precision: with `dtype='bfloat16'` activations and matmuls are bf16 while parameters stay float32; attention
-scores and softmax, the generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
+scores and softmax are computed in float32 (the backward pass keeps only their bf16 rounding: `attention`), the
+generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
 
 Dropout is drawn per example row (`Dropout`): what row r drops depends only on the dropout key and r, so a
 micro-batch (gradient accumulation) drops exactly what the whole batch would. `rows` arguments carry each row's
@@ -22,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from electra_jax import attention
 from electra_jax.config import ModelConfig, TowerConfig
 
 # ELECTRA uses the exact (erf) GELU; flax's default is the tanh approximation.
@@ -79,10 +81,14 @@ class Dropout(nn.Module):
   def __call__(self, x, rows, *, deterministic: bool):
     if deterministic or self.rate == 0.0:
       return x
+    return jnp.where(self.keep(x.shape, rows), x / (1.0 - self.rate), jnp.zeros_like(x))
+
+  def keep(self, shape, rows):
+    """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
-    row_shape = (x.shape[0] // rows.shape[0],) + x.shape[1:]
+    row_shape = (shape[0] // rows.shape[0],) + tuple(shape[1:])
     keep = jax.vmap(lambda r: jax.random.bernoulli(jax.random.fold_in(key, r), 1.0 - self.rate, row_shape))(rows)
-    return jnp.where(keep.reshape(x.shape), x / (1.0 - self.rate), jnp.zeros_like(x))
+    return keep.reshape(shape)
 
 
 class Embeddings(nn.Module):
@@ -135,9 +141,16 @@ class SelfAttention(nn.Module):
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
         jnp.float32(head_dim))
-    probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), ('batch', 'heads', 'length', None))
-    probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
-    context = jnp.einsum('bhqk,bkhd->bqhd', probs, v).reshape(x.shape[0], t.hidden_size)
+    if jnp.dtype(c.dtype) == jnp.float32:
+      probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), ('batch', 'heads', 'length', None))
+      probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
+      context = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+    else:  # keeps one bf16 copy of the probabilities for the backward pass, not a float32 one beside it
+      dropout = Dropout(c.attention_dropout_rate)
+      keep = None if deterministic or dropout.rate == 0.0 else dropout.keep(scores.shape, rows)
+      logits = constrain(scores + attention_bias, ('batch', 'heads', 'length', None))
+      context = attention.probs_times_values(logits, v, keep, dropout.rate)
+    context = context.reshape(x.shape[0], t.hidden_size)
     return constrain(context, ('batch', 'heads'))
 
 

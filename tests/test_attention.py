@@ -1,0 +1,63 @@
+"""The attention core: the memory-lean backward pass of bfloat16 models, and the attention implementations."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import attention
+from electra_jax import model as model_lib
+from test_model import CONFIG, _inputs, _random_params
+
+RATE = 0.25
+
+
+def _reference(logits, values, keep):
+  """What autodiff of the float32 model's einsum attention computes (softmax, inverted dropout, einsum)."""
+  probs = jax.nn.softmax(logits, axis=-1)
+  if keep is not None:
+    probs = jnp.where(keep, probs / (1.0 - RATE), 0.0)
+  return jnp.einsum('bhqk,bkhd->bqhd', probs, values)
+
+
+@pytest.mark.parametrize('dropout', [True, False])
+def test_lean_backward_equals_autodiff_in_float32(dropout):
+  r = np.random.RandomState(0)
+  logits = jnp.asarray(3 * r.normal(size=(2, 3, 6, 6)), jnp.float32)
+  values = jnp.asarray(r.normal(size=(2, 6, 3, 4)), jnp.float32)
+  keep = jnp.asarray(r.rand(2, 3, 6, 6) > RATE) if dropout else None
+  cotangent = jnp.asarray(r.normal(size=(2, 6, 3, 4)), jnp.float32)
+
+  def grads(core):
+    return jax.grad(lambda l, v: jnp.sum(core(l, v) * cotangent), argnums=(0, 1))(logits, values)
+  lean = lambda l, v: attention.probs_times_values(l, v, keep, RATE)
+  np.testing.assert_array_equal(lean(logits, values), _reference(logits, values, keep))
+  for got, want in zip(grads(lean), grads(lambda l, v: _reference(l, v, keep))):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lean_backward_keeps_one_bf16_copy_of_the_probabilities():
+  r = np.random.RandomState(0)
+  logits = jnp.asarray(r.normal(size=(2, 3, 6, 6)), jnp.float32)
+  values = jnp.asarray(r.normal(size=(2, 6, 3, 4)), jnp.bfloat16)
+  keep = jnp.asarray(r.rand(2, 3, 6, 6) > RATE)
+  _, vjp = jax.vjp(lambda l, v: attention.probs_times_values(l, v, keep, RATE), logits, values)
+  scores_sized = [x for x in jax.tree.leaves(vjp) if x.shape == logits.shape]
+  # The bf16 probabilities and the bool mask; autodiff of the einsum form also keeps the float32 softmax.
+  assert sorted(str(x.dtype) for x in scores_sized) == ['bfloat16', 'bool']
+
+
+def test_bfloat16_model_drops_what_the_float32_model_drops():
+  """Same dropout key, same masks: the bf16 discriminator (lean core) follows the float32 one (einsum core)."""
+  ids, segments, mask, _ = _inputs()
+  params = _random_params(CONFIG)
+
+  def logits(dtype, seed):
+    model = model_lib.Electra(dataclasses.replace(CONFIG, dtype=dtype))
+    return np.asarray(model.apply({'params': params}, ids, segments, mask, deterministic=False,
+                                  method='discriminator_logits', rngs={'dropout': jax.random.PRNGKey(seed)}))
+  fp32 = logits('float32', 0)
+  bf16_error = np.max(np.abs(logits('bfloat16', 0) - fp32))
+  assert bf16_error < 0.1 * np.max(np.abs(logits('float32', 1) - fp32)), bf16_error
