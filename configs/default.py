@@ -42,7 +42,7 @@ def get_config():
   config.model.initializer_range = 0.02  # Std of the truncated-normal initialiser.
   config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = 'auto'  # Activations and matmuls: 'float32', 'bfloat16', 'auto' (bf16 on TPU/GPU, fp32 on CPU).
-  config.model.remat = False  # Recompute encoder layers in the backward pass to save memory.
+  config.model.remat = 'none'  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
   config.model.scan_layers = False  # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
   # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).

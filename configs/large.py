@@ -20,5 +20,5 @@ def get_config():
                       intermediate_size=4096, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
-  config.model.remat = True  # Recompute each layer in the backward pass (see above).
+  config.model.remat = 'full'  # Recompute each layer in the backward pass (see above).
   return config

@@ -194,8 +194,8 @@ def advice(c: config_lib.TrainConfig, mesh) -> str:
   steps = []
   if c.model.dtype == 'float32':
     steps.append('--config.model.dtype=bfloat16 (halves activations; parameters stay float32)')
-  if not c.model.remat:
-    steps.append('--config.model.remat=true (recompute each layer in the backward pass: ~1/3 more compute, '
+  if c.model.remat == 'none':
+    steps.append('--config.model.remat=full (recompute each layer in the backward pass: ~1/3 more compute, '
                  'activations no longer grow with depth)')
   per_device = c.batch_size // sharding.axis_size(mesh, ('data', 'fsdp'))
   if per_device % (2 * c.grad_accum_steps) == 0:

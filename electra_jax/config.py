@@ -25,6 +25,8 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
                       f'the keys of {where} are: {", ".join(sorted(set(fields) - set(derived)))}')
   kwargs = dict(derived)
   for name, value in values.items():
+    if name == 'remat' and isinstance(value, bool):  # the key's old values (saved configs, user files)
+      value = REMAT_BOOLS[value]
     expected = type(fields[name].default) if fields[name].default is not dataclasses.MISSING else None
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
       value = float(value)
@@ -46,6 +48,15 @@ def compute_dtype(dtype: str, platform: str) -> str:
   if dtype != 'auto':
     return dtype
   return 'float32' if platform == 'cpu' else 'bfloat16'
+
+
+# model.remat: what each encoder layer keeps for the backward pass (jax.checkpoint_policies); the rest is recomputed.
+#   'none': everything (no recompute); 'full': only the layer's input (recompute the whole layer);
+#   'dots': every matmul output, attention scores included; 'dots_no_batch': the matmul outputs without a batch
+#   dimension, i.e. the dense projections but not the [batch, heads, length, length] attention scores (the attention
+#   core is recomputed); 'outputs': only the outputs of the attention-output and FFN-output projections.
+REMATS = ('none', 'full', 'dots', 'dots_no_batch', 'outputs')
+REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # the key's old values
 
 
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
@@ -73,7 +84,7 @@ class ModelConfig:
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
   dtype: str = 'float32'
-  remat: bool = False
+  remat: str = 'none'
   scan_layers: bool = False
   tying: str = 'embeddings'
 
@@ -83,6 +94,10 @@ class ModelConfig:
     if self.dtype == 'auto':
       import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
       object.__setattr__(self, 'dtype', compute_dtype(self.dtype, jax.default_backend()))
+    object.__setattr__(self, 'remat', REMAT_BOOLS.get(self.remat, self.remat))
+    if self.remat not in REMATS:
+      raise ConfigError(f'model.remat must be one of {", ".join(map(repr, REMATS))} (true is \'full\', false '
+                        f'\'none\'), got {self.remat!r}')
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:

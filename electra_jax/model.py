@@ -22,6 +22,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from electra_jax import attention
 from electra_jax.config import ModelConfig, TowerConfig
@@ -163,7 +164,7 @@ class Output(nn.Module):
   @nn.compact
   def __call__(self, x, residual, rows, *, deterministic: bool):
     """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]."""
-    x = dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x)
+    x = checkpoint_name(dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x), 'output')
     x = Dropout(self.config.dropout_rate)(x, rows, deterministic=deterministic)
     return constrain(layer_norm(self.config, 'embed')(x + residual), ('batch', 'embed'))
 
@@ -222,7 +223,7 @@ class Encoder(nn.Module):
     """
     rows = _rows(rows, input_mask)
     attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
-    block = nn.remat(Layer, static_argnums=(3,)) if self.config.remat else Layer
+    block = remat(Layer, self.config.remat)
     h = constrain(x.reshape(-1, x.shape[-1]), ('batch', 'embed'))
     if self.config.scan_layers:
       step = lambda layer, carry, bias, r: (layer(carry, bias, deterministic, r), None)
@@ -234,6 +235,21 @@ class Encoder(nn.Module):
       for i in range(self.tower.num_layers):
         h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
     return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)), ('batch', 'length', 'embed'))
+
+
+REMAT_POLICIES = {
+    'full': None,  # nothing saveable: the layer's input only
+    'dots': jax.checkpoint_policies.dots_saveable,
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    'outputs': jax.checkpoint_policies.save_only_these_names('output'),
+}
+
+
+def remat(layer, name: str):
+  """`layer` (a Layer class) rematerialised by `model.remat` policy `name` (see `config.REMATS`)."""
+  if name == 'none':
+    return layer
+  return nn.remat(layer, static_argnums=(3,), policy=REMAT_POLICIES[name])
 
 
 def unstack_layers(params):
