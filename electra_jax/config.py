@@ -59,6 +59,23 @@ REMATS = ('none', 'full', 'dots', 'dots_no_batch', 'outputs')
 REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # the key's old values
 
 
+# model.attention: how the attention core runs. 'einsum': einsums with a float32 softmax and attention dropout (exact
+#   on every platform). 'fused': `jax.nn.dot_product_attention`, cuDNN's fused flash attention on a GPU ('cudnn'),
+#   XLA's implementation elsewhere ('xla'); it takes no dropout, so it needs model.attention_dropout_rate=0.
+#   'auto': 'fused' on a GPU when the attention dropout is 0 and the dtype bf16, else 'einsum'.
+ATTENTIONS = ('auto', 'einsum', 'fused', 'cudnn', 'xla')
+
+
+def attention_implementation(attention: str, platform: str, dtype: str, attention_dropout_rate: float) -> str:
+  """model.attention resolved for `platform`: 'einsum', 'cudnn' or 'xla' (`ATTENTIONS`)."""
+  if attention == 'auto':
+    fused = platform == 'gpu' and attention_dropout_rate == 0.0 and dtype != 'float32'
+    attention = 'fused' if fused else 'einsum'
+  if attention == 'fused':
+    return 'cudnn' if platform == 'gpu' else 'xla'
+  return attention
+
+
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
@@ -86,6 +103,7 @@ class ModelConfig:
   dtype: str = 'float32'
   remat: str = 'none'
   scan_layers: bool = False
+  attention: str = 'einsum'
   tying: str = 'embeddings'
 
   def __post_init__(self):
@@ -98,6 +116,16 @@ class ModelConfig:
     if self.remat not in REMATS:
       raise ConfigError(f'model.remat must be one of {", ".join(map(repr, REMATS))} (true is \'full\', false '
                         f'\'none\'), got {self.remat!r}')
+    if self.attention not in ATTENTIONS:
+      raise ConfigError(f'model.attention must be one of {", ".join(map(repr, ATTENTIONS))}, got {self.attention!r}')
+    if self.attention in ('auto', 'fused'):
+      import jax  # pylint: disable=g-import-not-at-top
+      object.__setattr__(self, 'attention', attention_implementation(
+          self.attention, jax.default_backend(), self.dtype, self.attention_dropout_rate))
+    if self.attention in ('cudnn', 'xla') and self.attention_dropout_rate > 0:
+      raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
+                        f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '
+                        f'{self.attention_dropout_rate}')
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:

@@ -139,6 +139,11 @@ class SelfAttention(nn.Module):
     head_dim = t.hidden_size // t.num_heads
     split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim), ('batch', 'length', 'heads', None))
     q, k, v = (split(dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
+    if c.attention in ('cudnn', 'xla'):  # jax.nn.dot_product_attention: no attention dropout (config.ATTENTIONS)
+      # cuDNN takes a bias as long as the queries, not [batch, 1, 1, length]: one [batch, 1, length, length] copy.
+      bias = jnp.broadcast_to(attention_bias, (batch, 1, length, length)).astype(q.dtype)
+      context = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation=c.attention)
+      return constrain(context.reshape(x.shape[0], t.hidden_size), ('batch', 'heads'))
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
         jnp.float32(head_dim))

@@ -92,3 +92,34 @@ def test_remat_reads_its_old_boolean_values(old, new):
 def test_unknown_remat_policy_names_the_policies():
   with pytest.raises(config_lib.ConfigError, match="model.remat must be one of 'none', 'full', 'dots'"):
     config_lib.ModelConfig(remat='dot')
+
+
+def test_fused_attention_equals_the_einsum_path_without_attention_dropout():
+  """model.attention='fused' (jax.nn.dot_product_attention; XLA's on a CPU, cuDNN's on a GPU) is the same math."""
+  ids, segments, mask, _ = _inputs(lengths=(16, 9))  # with padding: the bias must mask it the same way
+  params = _random_params(CONFIG)
+  einsum = dataclasses.replace(CONFIG, attention_dropout_rate=0.0)
+  fused = dataclasses.replace(einsum, attention='fused')
+  assert fused.attention == 'xla'  # resolved for this (CPU) platform
+
+  def grads(config):  # hidden dropout on: only the attention core differs
+    model = model_lib.Electra(config)
+    loss = lambda p: jnp.sum(jnp.sin(model.apply({'params': p}, ids, segments, mask, deterministic=False,
+                                                 method='discriminator_logits',
+                                                 rngs={'dropout': jax.random.PRNGKey(0)})))
+    return jax.jit(jax.value_and_grad(loss))(params)
+  (got_loss, got), (want_loss, want) = grads(fused), grads(einsum)
+  np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got, want)
+
+
+def test_attention_switch_resolves_by_platform_and_refuses_dropout():
+  resolve = config_lib.attention_implementation
+  assert resolve('auto', 'gpu', 'bfloat16', 0.0) == 'cudnn'
+  assert resolve('auto', 'gpu', 'bfloat16', 0.1) == 'einsum'  # the paper's attention dropout: not fused
+  assert resolve('auto', 'gpu', 'float32', 0.0) == 'einsum'  # cuDNN's fused attention is bf16/fp16 only
+  assert resolve('auto', 'tpu', 'bfloat16', 0.0) == 'einsum'
+  assert resolve('fused', 'gpu', 'float32', 0.0) == 'cudnn'
+  assert config_lib.ModelConfig(attention='auto').attention == 'einsum'  # CPU
+  with pytest.raises(config_lib.ConfigError, match='set model.attention_dropout_rate=0'):
+    config_lib.ModelConfig(attention='fused', attention_dropout_rate=0.1)
