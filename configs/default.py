@@ -43,7 +43,7 @@ def get_config():
   config.model.layer_norm_eps = 1e-12  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = 'auto'  # Activations and matmuls: 'float32', 'bfloat16', 'auto' (bf16 on TPU/GPU, fp32 on CPU).
   config.model.remat = 'none'  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
-  config.model.attention = 'einsum'  # auto|einsum|fused: fused = jax.nn.dot_product_attention, no attention dropout.
+  config.model.attention = 'auto'  # auto|einsum|fused (config.ATTENTIONS): auto fuses on GPUs if attention dropout is 0.
   config.model.scan_layers = False  # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,
   # as wide as the generator), 'all' (also the encoder: generator fractions must be 1; only the heads differ).

@@ -103,7 +103,7 @@ class ModelConfig:
   dtype: str = 'float32'
   remat: str = 'none'
   scan_layers: bool = False
-  attention: str = 'einsum'
+  attention: str = 'auto'
   tying: str = 'embeddings'
 
   def __post_init__(self):
