@@ -55,7 +55,9 @@ def get_config():
   config.model.initializer_range = m.initializer_range  # Std of the truncated-normal initialiser.
   config.model.layer_norm_eps = m.layer_norm_eps  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = m.dtype  # Activations and matmuls: 'float32', 'bfloat16', 'auto' (bf16 on TPU/GPU, fp32 on CPU).
-  config.model.remat = m.remat  # Recompute encoder layers in the backward pass to save memory.
+  config.model.remat = m.remat  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
+  # auto|einsum|fused (config.ATTENTIONS): auto fuses on GPUs if attention dropout is 0.
+  config.model.attention = m.attention
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,

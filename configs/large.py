@@ -20,6 +20,6 @@ def get_config(preset=''):
                       intermediate_size=4096, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
-  config.model.remat = True  # Recompute each layer in the backward pass (see above).
+  config.model.remat = 'full'  # Recompute each layer in the backward pass (see above).
   # GPU preset (configs/gpu.py): at most 64 sequences of 512 per GPU (one 8-H100 node: 4 micro-batches, 44 GiB).
   return gpu.apply(config, preset, max_rows=64)

@@ -193,8 +193,8 @@ def advice(c: config_lib.TrainConfig, mesh) -> str:
   steps = []
   if c.model.dtype == 'float32':
     steps.append('--config.model.dtype=bfloat16 (halves activations; parameters stay float32)')
-  if not c.model.remat:
-    steps.append('--config.model.remat=true (recompute each layer in the backward pass: ~1/3 more compute, '
+  if c.model.remat == 'none':
+    steps.append('--config.model.remat=full (recompute each layer in the backward pass: ~1/3 more compute, '
                  'activations no longer grow with depth)')
   per_device = c.batch_size // sharding.axis_size(mesh, ('data', 'fsdp'))
   if per_device % (2 * c.grad_accum_steps) == 0:
@@ -245,6 +245,8 @@ def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
   and model.dtype='auto' resolved for that platform."""
   cfg = cfg.copy_and_resolve_references()
   cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, platform)
+  cfg.model.attention = config_lib.attention_implementation(cfg.model.attention, platform, cfg.model.dtype,
+                                                            cfg.model.attention_dropout_rate)
   return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
 
 
@@ -257,7 +259,7 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   m = c.model
   print(f'{topology}: {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}; jax {jax.__version__}; '
         f'model {m.num_layers} layers H={m.hidden_size} E={m.embedding_size} vocab={m.vocab_size} dtype={m.dtype} '
-        f'remat={m.remat}; batch {c.batch_size} x {c.data.max_seq_length}, grad_accum_steps {c.grad_accum_steps}',
+        f'remat={m.remat} attention={m.attention}; batch {c.batch_size} x {c.data.max_seq_length}, grad_accum_steps {c.grad_accum_steps}',
         flush=True)
   reports = [pretraining_report(c, mesh)]
   print(format_report(reports[0], hw), flush=True)

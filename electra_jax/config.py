@@ -27,6 +27,8 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
   types = typing.get_type_hints(cls)
   kwargs = dict(derived)
   for name, value in values.items():
+    if name == 'remat' and isinstance(value, bool):  # the key's old values (saved configs, user files)
+      value = REMAT_BOOLS[value]
     expected = types[name]
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
       value = float(value)
@@ -58,6 +60,32 @@ def compute_dtype(dtype: str, platform: str) -> str:
   return 'float32' if platform == 'cpu' else 'bfloat16'
 
 
+# model.remat: what each encoder layer keeps for the backward pass (jax.checkpoint_policies); the rest is recomputed.
+#   'none': everything (no recompute); 'full': only the layer's input (recompute the whole layer);
+#   'dots': every matmul output, attention scores included; 'dots_no_batch': the matmul outputs without a batch
+#   dimension, i.e. the dense projections but not the [batch, heads, length, length] attention scores (the attention
+#   core is recomputed); 'outputs': only the outputs of the attention-output and FFN-output projections.
+REMATS = ('none', 'full', 'dots', 'dots_no_batch', 'outputs')
+REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # the key's old values
+
+
+# model.attention: how the attention core runs. 'einsum': einsums with a float32 softmax and attention dropout (exact
+#   on every platform). 'fused': `jax.nn.dot_product_attention`, cuDNN's fused flash attention on a GPU ('cudnn'),
+#   XLA's implementation elsewhere ('xla'); it takes no dropout, so it needs model.attention_dropout_rate=0.
+#   'auto': 'fused' on a GPU when the attention dropout is 0 and the dtype bf16, else 'einsum'.
+ATTENTIONS = ('auto', 'einsum', 'fused', 'cudnn', 'xla')
+
+
+def attention_implementation(attention: str, platform: str, dtype: str, attention_dropout_rate: float) -> str:
+  """model.attention resolved for `platform`: 'einsum', 'cudnn' or 'xla' (`ATTENTIONS`)."""
+  if attention == 'auto':
+    fused = platform == 'gpu' and attention_dropout_rate == 0.0 and dtype != 'float32'
+    attention = 'fused' if fused else 'einsum'
+  if attention == 'fused':
+    return 'cudnn' if platform == 'gpu' else 'xla'
+  return attention
+
+
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
@@ -85,8 +113,9 @@ class ModelConfig:
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
   dtype: str = 'auto'  # resolved on construction (`compute_dtype`)
-  remat: bool = False
+  remat: str = 'none'
   scan_layers: bool = False
+  attention: str = 'auto'
   tying: str = 'embeddings'
 
   def __post_init__(self):
@@ -95,6 +124,20 @@ class ModelConfig:
     if self.dtype == 'auto':
       import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
       object.__setattr__(self, 'dtype', compute_dtype(self.dtype, jax.default_backend()))
+    object.__setattr__(self, 'remat', REMAT_BOOLS.get(self.remat, self.remat))
+    if self.remat not in REMATS:
+      raise ConfigError(f'model.remat must be one of {", ".join(map(repr, REMATS))} (true is \'full\', false '
+                        f'\'none\'), got {self.remat!r}')
+    if self.attention not in ATTENTIONS:
+      raise ConfigError(f'model.attention must be one of {", ".join(map(repr, ATTENTIONS))}, got {self.attention!r}')
+    if self.attention in ('auto', 'fused'):
+      import jax  # pylint: disable=g-import-not-at-top
+      object.__setattr__(self, 'attention', attention_implementation(
+          self.attention, jax.default_backend(), self.dtype, self.attention_dropout_rate))
+    if self.attention in ('cudnn', 'xla') and self.attention_dropout_rate > 0:
+      raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
+                        f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '
+                        f'{self.attention_dropout_rate}')
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:

@@ -10,7 +10,8 @@ moves an activation, through `nn.with_logical_constraint`: no-ops unless the rul
 tracing (`electra_jax.sharding.activate`).
 
 Mixed precision: with `dtype='bfloat16'` activations and matmuls are bf16 while parameters stay float32; attention
-scores and softmax, the generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
+scores and softmax are computed in float32 (the backward pass keeps only their bf16 rounding: `attention`), the
+generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
 
 Dropout is drawn per example row (`Dropout`): what row r drops depends only on the dropout key and r, so a
 micro-batch (gradient accumulation) drops exactly what the whole batch would. `rows` arguments carry each row's
@@ -24,7 +25,9 @@ from collections.abc import Mapping
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
+from electra_jax import attention
 from electra_jax.config import ModelConfig, TowerConfig
 
 # ELECTRA uses the exact (erf) GELU; flax's default is the tanh approximation.
@@ -82,10 +85,14 @@ class Dropout(nn.Module):
   def __call__(self, x, rows, *, deterministic: bool):
     if deterministic or self.rate == 0.0:
       return x
+    return jnp.where(self.keep(x.shape, rows), x / (1.0 - self.rate), jnp.zeros_like(x))
+
+  def keep(self, shape, rows):
+    """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
-    row_shape = (x.shape[0] // rows.shape[0],) + x.shape[1:]
+    row_shape = (shape[0] // rows.shape[0],) + tuple(shape[1:])
     keep = jax.vmap(lambda r: jax.random.bernoulli(jax.random.fold_in(key, r), 1.0 - self.rate, row_shape))(rows)
-    return jnp.where(keep.reshape(x.shape), x / (1.0 - self.rate), jnp.zeros_like(x))
+    return keep.reshape(shape)
 
 
 class Embeddings(nn.Module):
@@ -167,13 +174,25 @@ class SelfAttention(nn.Module):
     split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim),
                                 ('activation_batch', 'activation_length', 'activation_heads', None))
     q, k, v = (split(dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
+    if c.attention in ('cudnn', 'xla'):  # jax.nn.dot_product_attention: no attention dropout (config.ATTENTIONS)
+      # cuDNN takes a bias as long as the queries, not [batch, 1, 1, length]: one [batch, 1, length, length] copy.
+      bias = jnp.broadcast_to(attention_bias, (batch, 1, length, length)).astype(q.dtype)
+      context = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation=c.attention)
+      return constrain(context.reshape(x.shape[0], t.hidden_size), ('activation_batch', 'activation_heads'))
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
         jnp.float32(head_dim))
-    probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1),
-                      ('activation_batch', 'activation_heads', 'activation_length', None))
-    probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
-    context = jnp.einsum('bhqk,bkhd->bqhd', probs, v).reshape(x.shape[0], t.hidden_size)
+    scores_axes = ('activation_batch', 'activation_heads', 'activation_length', None)
+    if jnp.dtype(c.dtype) == jnp.float32:
+      probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), scores_axes)
+      probs = Dropout(c.attention_dropout_rate)(probs, rows, deterministic=deterministic).astype(v.dtype)
+      context = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+    else:  # keeps one bf16 copy of the probabilities for the backward pass, not a float32 one beside it
+      dropout = Dropout(c.attention_dropout_rate)
+      keep = None if deterministic or dropout.rate == 0.0 else dropout.keep(scores.shape, rows)
+      logits = constrain(scores + attention_bias, scores_axes)
+      context = attention.probs_times_values(logits, v, keep, dropout.rate)
+    context = context.reshape(x.shape[0], t.hidden_size)
     return constrain(context, ('activation_batch', 'activation_heads'))
 
 
@@ -186,7 +205,7 @@ class Output(nn.Module):
   @nn.compact
   def __call__(self, x, residual, rows, *, deterministic: bool):
     """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]."""
-    x = dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x)
+    x = checkpoint_name(dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x), 'output')
     x = Dropout(self.config.dropout_rate)(x, rows, deterministic=deterministic)
     return constrain(layer_norm(self.config, 'embed')(x + residual), ('activation_batch', 'activation_embed'))
 
@@ -245,7 +264,7 @@ class Encoder(nn.Module):
     """
     rows = _rows(rows, input_mask)
     attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
-    block = nn.remat(Layer, static_argnums=(3,)) if self.config.remat else Layer
+    block = remat(Layer, self.config.remat)
     h = constrain(x.reshape(-1, x.shape[-1]), ('activation_batch', 'activation_embed'))
     if self.config.scan_layers:
       step = lambda layer, carry, bias, r: (layer(carry, bias, deterministic, r), None)
@@ -258,6 +277,21 @@ class Encoder(nn.Module):
         h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
     return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)),
                      ('activation_batch', 'activation_length', 'activation_embed'))
+
+
+REMAT_POLICIES = {
+    'full': None,  # nothing saveable: the layer's input only
+    'dots': jax.checkpoint_policies.dots_saveable,
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    'outputs': jax.checkpoint_policies.save_only_these_names('output'),
+}
+
+
+def remat(layer, name: str):
+  """`layer` (a Layer class) rematerialised by `model.remat` policy `name` (see `config.REMATS`)."""
+  if name == 'none':
+    return layer
+  return nn.remat(layer, static_argnums=(3,), policy=REMAT_POLICIES[name])
 
 
 def unstack_layers(params):

@@ -88,7 +88,7 @@ def test_report_says_what_to_change_when_it_does_not_fit():
   mesh = sharding.make_mesh(config.mesh, aot.topology_devices('v3:2x2'))
   advice = aot.advice(config, mesh)
   # bf16 is already what 'auto' gives a TPU; 8 rows per core split into 2 micro-batches of 4.
-  assert 'dtype' not in advice and 'remat=true' in advice and 'grad_accum_steps=2' in advice
+  assert 'dtype' not in advice and 'remat=full' in advice and 'grad_accum_steps=2' in advice
   assert 'mesh.shape=1,8,1' in advice
   assert aot.CHIPS['v4'].hbm_bytes == 32 * GIB
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 # vocabulary of 100 does not split 8 ways and stays replicated.
 MESHES = {
     'data': ((8, 1, 1), ()),
-    'fsdp+remat': ((2, 4, 1), (('model.remat', True),)),
+    'fsdp+remat': ((2, 4, 1), (('model.remat', 'full'),)),
     'data+fsdp+tensor': ((2, 2, 2), ()),
     'tensor': ((1, 1, 8), ()),
 }
