@@ -5,11 +5,13 @@ stay in conftest.py."""
 import contextlib
 import gzip
 import json
+import math
 import os
 import random
 import signal
 import socket
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +20,9 @@ import pytest
 
 from configs import default
 from electra_jax import checkpoint, data
+from electra_jax.data import __main__ as data_cli
 from electra_jax.checkpoint import Checkpointer
+from electra_jax.config import ModelConfig
 from electra_jax.masking import SpecialIds
 from electra_jax.model import Electra
 
@@ -281,3 +285,53 @@ def emulator_environment(url: str) -> dict[str, str]:
       # no credentials, log a warning on every call.
       'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
   }
+
+
+# The tiny model of tests/test_model.py and tests/test_attention.py.
+V, E, H = 72, 16, 32  # V differs from every other dimension, so a [V, .] shape is a vocab table
+B, L, P = 2, 16, 3
+# Generator width 32 * 0.5 = 16 = E, so only the discriminator has an embeddings_project (E=16 -> H=32).
+MODEL_CONFIG = ModelConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=2, num_heads=2,
+                           intermediate_size=64, generator_hidden_fraction=0.5, max_position_embeddings=32)
+
+
+def model_inputs(lengths=(16, 11), seed=0):
+  r = np.random.RandomState(seed)
+  ids = np.zeros((B, L), np.int32)
+  segments = np.zeros((B, L), np.int32)
+  for i, n in enumerate(lengths):
+    ids[i, :n] = r.randint(5, V, n)
+    ids[i, 0], ids[i, n - 1] = 2, 3
+    segments[i, n // 2:n] = 1
+  mask = (ids > 0).astype(np.int32)
+  positions = np.array([[1, 5, 14], [2, 4, 9]], np.int32)  # inside each row's real tokens
+  return ids, segments, mask, positions
+
+
+def random_model_params(config, seed=0):
+  """Generic parameters with O(1) activations (so GELU, LayerNorm and attention all matter numerically)."""
+  ids, segments, mask, positions = model_inputs()
+  shapes = nn.meta.unbox(jax.eval_shape(Electra(config).init, jax.random.PRNGKey(0), ids, segments, mask,
+                                        positions)['params'])
+  r = np.random.RandomState(seed)
+
+  def draw(path, s):
+    name = jax.tree_util.keystr(path)
+    if 'scale' in name:
+      return 1.0 + 0.1 * r.normal(size=s.shape)
+    if 'bias' in name:
+      return 0.1 * r.normal(size=s.shape)
+    fan_in = s.shape[0] if 'kernel' in name else 1
+    return r.normal(size=s.shape) / math.sqrt(fan_in)
+  return jax.tree_util.tree_map_with_path(lambda p, s: np.asarray(draw(p, s), np.float32), shapes)
+
+
+def run_data_cli(capsys, *argv):
+  """Runs the CLI in this process; returns (exit status, stdout, stderr)."""
+  try:
+    data_cli.main(list(argv))
+    status = 0
+  except SystemExit as e:
+    status = e.code
+  out, err = capsys.readouterr()
+  return status, out, err

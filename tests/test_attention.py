@@ -10,7 +10,7 @@ import pytest
 from electra_jax import attention
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
-from test_model import CONFIG, _inputs, _random_params
+from helpers import MODEL_CONFIG as CONFIG, model_inputs as _inputs, random_model_params as _random_params
 
 RATE = 0.25
 

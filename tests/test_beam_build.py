@@ -12,12 +12,11 @@ import pytest
 pytest.importorskip('apache_beam', reason='Apache Beam is not installed (pip install -e ".[beam]")')
 
 # pylint: disable=wrong-import-position
-from conftest import make_corpus
 from electra_jax import data, fileio
 from electra_jax.data import DataError, beam_build, build, corpus
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from test_data_build import _cli
+from helpers import make_corpus, run_data_cli as _cli
 
 SETTINGS = dict(max_length=64, seed=5, chunk_chars=3000, shard_bytes=64 * 3 * 50)  # several chunks per file and shards
 

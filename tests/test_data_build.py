@@ -6,10 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from helpers import make_corpus
+from helpers import make_corpus, run_data_cli as _cli
 from electra_jax import data
 from electra_jax.data import BatchIterator, DataError, build, examples as examples_lib
-from electra_jax.data import __main__ as cli
 from electra_jax.data import tokenizer as tokenizer_lib
 
 
@@ -66,17 +65,6 @@ def test_built_directory_as_data_source(corpus_dir, tokenizer, tmp_path):
   os.remove(tmp_path / 'built' / 'examples-00000.array_record')
   with pytest.raises(DataError, match='is missing'):
     data.load_examples(config, loaded)
-
-
-def _cli(capsys, *argv):
-  """Runs the CLI in this process; returns (exit status, stdout, stderr)."""
-  try:
-    cli.main(list(argv))
-    status = 0
-  except SystemExit as e:
-    status = e.code
-  out, err = capsys.readouterr()
-  return status, out, err
 
 
 def test_cli(corpus_dir, tmp_path, capsys, cache_dir):

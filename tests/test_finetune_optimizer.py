@@ -6,7 +6,6 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from electra_jax.config import ModelConfig

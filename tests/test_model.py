@@ -16,24 +16,8 @@ from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax.config import ModelConfig
 
-V, E, H = 72, 16, 32  # V differs from every other dimension, so a [V, .] shape is a vocab table
-B, L, P = 2, 16, 3
-# Generator width 32 * 0.5 = 16 = E, so only the discriminator has an embeddings_project (E=16 -> H=32).
-CONFIG = ModelConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=2, num_heads=2,
-                     intermediate_size=64, generator_hidden_fraction=0.5, max_position_embeddings=32)
-
-
-def _inputs(lengths=(16, 11), seed=0):
-  r = np.random.RandomState(seed)
-  ids = np.zeros((B, L), np.int32)
-  segments = np.zeros((B, L), np.int32)
-  for i, n in enumerate(lengths):
-    ids[i, :n] = r.randint(5, V, n)
-    ids[i, 0], ids[i, n - 1] = 2, 3
-    segments[i, n // 2:n] = 1
-  mask = (ids > 0).astype(np.int32)
-  positions = np.array([[1, 5, 14], [2, 4, 9]], np.int32)  # inside each row's real tokens
-  return ids, segments, mask, positions
+from helpers import B, E, H, L, P, V  # pylint: disable=g-bad-import-order
+from helpers import MODEL_CONFIG as CONFIG, model_inputs as _inputs, random_model_params as _random_params
 
 
 @functools.cache
@@ -53,24 +37,6 @@ def params():
   ids, segments, mask, positions = _inputs()
   boxed = jax.jit(_model().init)(jax.random.PRNGKey(0), ids, segments, mask, positions)['params']
   return nn.meta.unbox(boxed)
-
-
-def _random_params(config, seed=0):
-  """Generic parameters with O(1) activations (so GELU, LayerNorm and attention all matter numerically)."""
-  ids, segments, mask, positions = _inputs()
-  shapes = nn.meta.unbox(jax.eval_shape(_model(config).init, jax.random.PRNGKey(0), ids, segments, mask,
-                                        positions)['params'])
-  r = np.random.RandomState(seed)
-
-  def draw(path, s):
-    name = jax.tree_util.keystr(path)
-    if 'scale' in name:
-      return 1.0 + 0.1 * r.normal(size=s.shape)
-    if 'bias' in name:
-      return 0.1 * r.normal(size=s.shape)
-    fan_in = s.shape[0] if 'kernel' in name else 1
-    return r.normal(size=s.shape) / math.sqrt(fan_in)
-  return jax.tree_util.tree_map_with_path(lambda p, s: np.asarray(draw(p, s), np.float32), shapes)
 
 
 def _paths(tree):
