@@ -95,6 +95,24 @@ def test_eval_source_and_bad_settings(tmp_path, corpus_file, cache_dir):
       config_lib.load(tiny_config(corpus_file, cache_dir, profile_steps=bad).to_dict(), vocab_size=64)
 
 
+def test_an_empty_held_out_side_is_named_and_other_data_errors_keep_their_words(tmp_path, corpus_file, cache_dir):
+  config = data.DataConfig(source=corpus_file, vocab_size=64, max_seq_length=32, cache_dir=cache_dir)
+  tokenizer = data.load_tokenizer(config)
+  documents = [[f'{marker(d)} the cat sat on the mat.'] for d in range(2)]
+  assert not any(split_lib.held_out(d, 0.01) for d in documents)
+  two = tmp_path / 'two.txt'
+  two.write_text('\n\n'.join(d[0] for d in documents) + '\n')
+  with pytest.raises(data.DataError, match='eval_fraction=0.01 holds out no document'):
+    data.load_eval_examples(data.DataConfig(source=str(two), vocab_size=64, max_seq_length=32, cache_dir=cache_dir,
+                                            eval_fraction=0.01), tokenizer)
+  # Any other data error on the held-out side keeps its own words (it used to read "holds out no document").
+  binary = tmp_path / 'binary.txt'
+  binary.write_text('the cat sat.\n\nthe dog \x00 ran.\n')
+  with pytest.raises(data.DataError, match='NUL bytes'):
+    data.load_eval_examples(data.DataConfig(source=str(binary), vocab_size=64, max_seq_length=32,
+                                            cache_dir=cache_dir, eval_fraction=0.5), tokenizer)
+
+
 def test_binned_auc_by_hand():
   # Replaced tokens in bins 2 and 3, originals in bins 0 and 2: of the 4 pairs, 3 are ordered right and the tie
   # in bin 2 counts one half: 3.5 / 4.

@@ -172,7 +172,7 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
     try:
       examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
                                           progress=report.is_chief())
-    except DataError:
+    except corpus.EmptyTextError:
       if split != 'eval':
         raise
       raise DataError(f'data.eval_fraction={config.eval_fraction} holds out no document of {source.source}; raise '

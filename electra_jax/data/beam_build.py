@@ -181,8 +181,7 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: st
                                     source=source, directory=directory, max_length=max_length, seed=seed,
                                     chunk_chars=chunk_chars, started=started, runner=runner))
     if not examples_lib.is_built(directory):
-      raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
-                      'paragraph per line')
+      raise corpus.no_text(source)
     metadata = examples_lib.read_metadata(directory)
     if remote:
       (fileio.path(directory) / build_lib.PARTIAL).unlink()

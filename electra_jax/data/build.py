@@ -132,8 +132,7 @@ def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, 
       if len(chunk.input_ids):
         chunks.append(chunk)
   if not chunks:
-    raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
-                    'paragraph per line')
+    raise corpus.no_text(source)
   return examples_lib.InMemoryExamples(np.concatenate([c.input_ids for c in chunks]),
                                        np.concatenate([c.segment_ids for c in chunks]))
 
@@ -230,8 +229,7 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
         progress(dict(counts))
     shards = writer.close()
     if not counts['examples']:
-      raise DataError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
-                      'paragraph per line')
+      raise corpus.no_text(source)
     metadata = manifest(source, tokenizer, max_length=max_length, seed=seed, chunk_chars=chunk_chars, shards=shards,
                         counts=counts, started=started, processes=processes)
     examples_lib.write_metadata(tmp, metadata)

@@ -31,6 +31,15 @@ class DataError(ValueError):
   """Input data the user must fix; the message says how."""
 
 
+class EmptyTextError(DataError):
+  """A source with no text to pack: callers that know why (an empty held-out side) say so instead."""
+
+
+def no_text(source) -> EmptyTextError:
+  return EmptyTextError(f'{source} holds no text (every line is empty); give a corpus with one sentence or '
+                        'paragraph per line')
+
+
 def default_cache_dir() -> str:
   """$ELECTRA_JAX_CACHE, else ~/.cache/electra_jax: where a machine keeps tokenizers trained here, packed text and
   local copies of gs:// ArrayRecord files."""
