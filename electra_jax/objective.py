@@ -315,15 +315,20 @@ def replace_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, d
   return {**masked_lm_sums('gen', gen_logits, masked), **masked_lm_sums('mlm', logits, masked)}
 
 
-def replace_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
-  del progress  # no schedule
+def _generator_and_mlm_metrics(sums, config: ObjectiveConfig, denominators, mlm_count: str, **more):
+  """loss = gen_weight * generator MLM loss + the discriminator-sized MLM loss (its xent over `mlm_count`)."""
   gen_loss = _mean(sums, 'gen_xent', denominators, 'selected')
-  mlm_loss = _mean(sums, 'mlm_xent', denominators, 'selected')
+  mlm_loss = _mean(sums, 'mlm_xent', denominators, mlm_count)
   loss = config.gen_weight * gen_loss + mlm_loss
   one = jnp.ones((), jnp.float32)
   return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
-                'gen_accuracy': (sums['gen_correct'], sums['selected']),
-                'mlm_accuracy': (sums['mlm_correct'], sums['selected'])}
+                'gen_accuracy': (sums['gen_correct'], sums['selected']), **more}
+
+
+def replace_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
+  del progress  # no schedule
+  return _generator_and_mlm_metrics(sums, config, denominators, 'selected',
+                                    mlm_accuracy=(sums['mlm_correct'], sums['selected']))
 
 
 def _generate_and_corrupt(apply_fn, params, batch, masked: masking.Masked, sample, rng, deterministic, rows):
@@ -359,13 +364,8 @@ def all_tokens_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs
 
 def all_tokens_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
   del progress  # no schedule
-  gen_loss = _mean(sums, 'gen_xent', denominators, 'selected')
-  mlm_loss = _mean(sums, 'mlm_xent', denominators, 'tokens')
-  loss = config.gen_weight * gen_loss + mlm_loss
-  one = jnp.ones((), jnp.float32)
-  return loss, {'loss': (loss, one), 'gen_loss': (gen_loss, one), 'mlm_loss': (mlm_loss, one),
-                'gen_accuracy': (sums['gen_correct'], sums['selected']),
-                'copy_probability': (sums['copy_probability'], sums['tokens'])}
+  return _generator_and_mlm_metrics(sums, config, denominators, 'tokens',
+                                    copy_probability=(sums['copy_probability'], sums['tokens']))
 
 
 def mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic=False, rows=None,
