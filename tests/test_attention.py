@@ -1,6 +1,7 @@
 """The attention core: the memory-lean backward pass of bfloat16 models, and the attention implementations."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -64,18 +65,21 @@ def test_bfloat16_model_drops_what_the_float32_model_drops():
   assert bf16_error < 0.1 * np.max(np.abs(logits('float32', 1) - fp32)), bf16_error
 
 
+@functools.lru_cache
+def _discriminator_grads(dtype, remat):
+  """Gradients of the summed discriminator logits with dropout on: one compile per (dtype, remat), the 'none'
+  reference shared by every policy's test."""
+  ids, segments, mask, _ = _inputs()
+  model = model_lib.Electra(dataclasses.replace(CONFIG, dtype=dtype, remat=remat))
+  loss = lambda p: jnp.sum(model.apply({'params': p}, ids, segments, mask, deterministic=False,
+                                       method='discriminator_logits', rngs={'dropout': jax.random.PRNGKey(0)}))
+  return jax.jit(jax.grad(loss))(_random_params(CONFIG))
+
+
 @pytest.mark.parametrize('policy', ['full', 'dots', 'dots_no_batch', 'outputs'])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_remat_policies_do_not_change_the_gradients(policy, dtype):
-  ids, segments, mask, _ = _inputs()
-  params = _random_params(CONFIG)
-
-  def grads(remat):
-    model = model_lib.Electra(dataclasses.replace(CONFIG, dtype=dtype, remat=remat))
-    loss = lambda p: jnp.sum(model.apply({'params': p}, ids, segments, mask, deterministic=False,
-                                         method='discriminator_logits', rngs={'dropout': jax.random.PRNGKey(0)}))
-    return jax.jit(jax.grad(loss))(params)
-  got, want = grads(policy), grads('none')
+  got, want = _discriminator_grads(dtype, policy), _discriminator_grads(dtype, 'none')
   if dtype == 'float32':
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
   else:  # recomputed under other fusions, bf16 values round differently (one ulp is 0.4-0.8%): compare the whole
