@@ -326,6 +326,9 @@ class TrainConfig:
     self.profile_range()  # refuses a malformed profile_steps before anything runs
     if self.batch_size % self.grad_accum_steps:
       raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
+    if self.init_checkpoint and self.objective.name == 'electra_frozen':
+      raise ConfigError('objective.name=electra_frozen trains a new discriminator beside the generator of '
+                        f'objective.generator_checkpoint; leave init_checkpoint empty (got {self.init_checkpoint!r})')
     if self.objective.two_stage_generator_steps:
       m = self.model
       if m.tying == 'all':

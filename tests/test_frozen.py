@@ -118,6 +118,10 @@ def test_config_errors(corpus_file, cache_dir, mlm_run, tmp_path):
   with pytest.raises(ConfigError, match='generator_checkpoint'):
     trainer.train(tiny_pretraining_config(corpus_file, cache_dir, **{'objective.generator_checkpoint': mlm_run}),
                   tmp_path)
+  with pytest.raises(ConfigError, match='leave init_checkpoint empty'):
+    config = frozen_config(corpus_file, cache_dir, mlm_run)
+    config.init_checkpoint = mlm_run
+    trainer.train(config, tmp_path)
   # Another tokenizer than the generator's (one trained on the corpus with another vocabulary size).
   config = frozen_config(corpus_file, cache_dir, mlm_run)
   config.data.tokenizer = ''
