@@ -3,6 +3,8 @@
 import setuptools
 
 TPU_COMPILER = 'libtpu==0.0.42.1'
+BEAM = 'apache-beam==2.77.0'
+TEST_RUNNER = ['pytest==9.2.0', 'pytest-xdist==3.8.0', 'gcp-storage-emulator==2026.7.19']
 
 setuptools.setup(
     name='electra_jax',
@@ -25,8 +27,7 @@ setuptools.setup(
     # a local Cloud Storage emulator for the gs:// tests). Pinned exactly: an open torch range pulls a multi-GB CUDA
     # build.
     extras_require={
-        'test': ['torch==2.13.0', 'transformers==5.23.0', 'pytest==9.2.0', 'pytest-xdist==3.8.0',
-                 'hypothesis==6.155.2', 'gcp-storage-emulator==2026.7.19', TPU_COMPILER],
+        'test': ['torch==2.13.0', 'transformers==5.23.0', 'hypothesis==6.155.2', TPU_COMPILER] + TEST_RUNNER,
         # The TPU runtime and compiler, the version jax[tpu]==0.10.2 pins. On a TPU VM it runs the TPU; on any other
         # machine `python -m electra_jax.aot` uses it to compile for a TPU slice.
         'tpu': [TPU_COMPILER],
@@ -35,7 +36,9 @@ setuptools.setup(
         'cuda': ['jax[cuda12]==0.10.2'],
         # `data build --runner=...` on Apache Beam (Dataflow, Flink, Spark, or DirectRunner locally): ~0.5 GB. Beam
         # holds protobuf below 7, so in the same environment a SentencePiece tokenizer cannot be converted to
-        # Hugging Face's format (convert.py): install it where the data is built, not in the test extra.
-        'beam': ['apache-beam==2.77.0'],
+        # Hugging Face's format (convert.py): install it where the data is built, not in the test extra. `beamtest`
+        # is that environment plus the test runner: CI runs tests/test_beam_build.py in it (.ci/run).
+        'beam': [BEAM],
+        'beamtest': [BEAM] + TEST_RUNNER,
     },
 )
