@@ -6,7 +6,9 @@ The TPU compiler (libtpu: `pip install -e ".[tpu]"`) compiles the pre-training s
 classification at the paper's batch of 32 x 128) for the devices of a TPU slice described by
 `jax.experimental.topologies`. Nothing is allocated or run, so no TPU is needed: the compiler reports per-device
 HBM (arguments, temporaries, peak) and its cost model's FLOPs and step time ('optimal_seconds'). That time is the
-compiler's estimate, not a measurement; so are the tokens/s and MFU derived from it.
+compiler's estimate, not a measurement; so are the tokens/s and MFU derived from it. A step that loops
+(`scan_layers`, `grad_accum_steps` > 1) is counted once per loop body; its estimate then comes from a layer fit:
+the unrolled step compiled at two smaller depths, extrapolated linearly to the config's (`layer_fit`).
 
 Topologies are `VERSION:SHAPE` as Cloud TPU names them: v3:2x2 (v3-8, 8 cores), v3:4x4 (v3-32), v3:4x8 (v3-64),
 v4:2x2x1 (v4-8, 4 chips), v4:4x4x4 (v4-128), v5e:4x4, v5p:2x2x2, v6e:4x4. A JAX device is a v3 core, a v4/v5p
@@ -159,6 +161,52 @@ def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
                         loop=' and '.join(loops))
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerFit:
+  """The unrolled, unaccumulated step of a config's full depth, extrapolated from two shallower compiles."""
+  depths: tuple[int, int]
+  estimated_seconds: float
+  compiled_flops: float  # per device
+
+
+def layer_fit(c: config_lib.TrainConfig, mesh) -> LayerFit | None:
+  """The compiler's step time and FLOPs for `c` as if unrolled and unaccumulated, from compiles of the same step
+  at two smaller depths (the cost is linear in the layers); None when the config is not deeper than those.
+
+  A looped step (`grad_accum_steps` > 1, `scan_layers`) gets no estimate of its own: XLA's cost analysis counts a
+  loop body once. The shallow compiles are unrolled and take the whole batch at once, which costs the same FLOPs.
+  Depths are chosen so that the generator's rounded layer count is linear in them as well.
+  """
+  def generator_layers(depth):
+    return dataclasses.replace(c.model, num_layers=depth).tower(True).num_layers
+
+  target = c.model.num_layers
+  for a, b in ((2, 4), (4, 8)):
+    if b >= target:
+      return None
+    ga, gb, gt = (generator_layers(d) for d in (a, b, target))
+    if (gb - ga) * (target - a) == (gt - ga) * (b - a):  # the three on one line
+      break
+  else:
+    return None
+  ra, rb = (pretraining_report(dataclasses.replace(
+      c, grad_accum_steps=1, model=dataclasses.replace(c.model, num_layers=d, scan_layers=False)), mesh)
+            for d in (a, b))
+  if any(r.error or r.estimated_seconds <= 0 for r in (ra, rb)):
+    return None
+  at_target = lambda x, y: x + (y - x) * (target - a) / (b - a)
+  return LayerFit((a, b), at_target(ra.estimated_seconds, rb.estimated_seconds),
+                  at_target(ra.compiled_flops, rb.compiled_flops))
+
+
+def format_fit(fit: LayerFit, r: Report, hw: Chip) -> str:
+  mfu = r.model_flops / (fit.estimated_seconds * r.devices * hw.peak_flops)
+  return (f'  layer fit (compiled unrolled at {fit.depths[0]} and {fit.depths[1]} layers, extrapolated linearly): '
+          f'compiler\'s ESTIMATE {fit.estimated_seconds * 1e3:.1f} ms per step, {r.tokens / fit.estimated_seconds:,.0f} '
+          f'tokens/s, MFU {mfu:.0%}; compiled FLOPs {fit.compiled_flops * r.devices:.3e} (all devices), ratio '
+          f'{fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
+
+
 def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
   """The fine-tuning step (`electra_jax.finetune.train.Finetuning`) of a two-class GLUE task."""
   cfg = ml_collections.ConfigDict(config_lib.defaults(ft_config_lib.FinetuneConfig))  # configs/finetune.py's
@@ -228,8 +276,8 @@ def format_report(r: Report, hw: Chip) -> str:
             f'(electra_jax.flops, matmuls x 3), ratio {r.compiled_flops * r.devices / r.model_flops:.2f}']
   if r.loop:
     lines.append(f'  the step loops over {r.loop}: the compiler\'s cost analysis counts a loop body once, so the '
-                 'compiled FLOPs above undercount and there is no step-time estimate (compile with '
-                 'grad_accum_steps=1 and scan_layers=false for one)')
+                 'compiled FLOPs above undercount and the step has no estimate of its own (the layer fit below '
+                 'gives one)')
   elif r.estimated_seconds <= 0:  # seen for v4 (megacore): the cost model has no figure for it
     lines.append(f'  no usable step-time estimate from the compiler (optimal_seconds = {r.estimated_seconds:.3g})')
   else:
@@ -265,6 +313,11 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   print(format_report(reports[0], hw), flush=True)
   if reports[0].error or reports[0].peak_bytes > usable_bytes(hw):
     print(f'  to make it fit, try: {advice(c, mesh)}', flush=True)
+  if reports[0].loop and not isinstance(hw, gpu_targets.Gpu):
+    fit = layer_fit(c, mesh)
+    print(format_fit(fit, reports[0], hw) if fit else '  no layer fit (the model is too shallow to extrapolate, '
+          'or a shallow compile gave no estimate): compile with grad_accum_steps=1 and scan_layers=false',
+          flush=True)
   if finetune:
     reports.append(finetuning_report(c, cfg.mesh, mesh, batch_size=finetune_batch, length=finetune_length))
     print(format_report(reports[1], hw), flush=True)

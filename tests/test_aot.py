@@ -3,6 +3,7 @@
 Needs libtpu (the test extra installs it); about 30-60 s of compilation on 2 CPU cores.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -91,6 +92,31 @@ def test_report_says_what_to_change_when_it_does_not_fit():
   assert 'dtype' not in advice and 'remat=full' in advice and 'grad_accum_steps=2' in advice
   assert 'mesh.shape=1,8,1' in advice
   assert aot.CHIPS['v4'].hbm_bytes == 32 * GIB
+
+
+def test_layer_fit_extrapolates_the_unrolled_step_linearly(monkeypatch):
+  compiled = []
+
+  def fake_report(c, mesh):  # a step costing 1 ms + 0.5 ms per layer, 2 + 3 TFLOPs per layer per device
+    compiled.append((c.model.num_layers, c.grad_accum_steps, c.model.scan_layers))
+    layers = c.model.num_layers
+    return aot.Report('pre-training', 8, B * L, 1e12, 1.0, compiled_flops=(2 + 3 * layers) * 1e12,
+                      estimated_seconds=1e-3 + 0.5e-3 * layers)
+
+  monkeypatch.setattr(aot, 'pretraining_report', fake_report)
+  config = aot.load_config(_config())
+  deep = dataclasses.replace(config, grad_accum_steps=2,
+                             model=dataclasses.replace(config.model, num_layers=12, scan_layers=True))
+  fit = aot.layer_fit(deep, mesh=None)
+  assert compiled == [(2, 1, False), (4, 1, False)]
+  assert fit.depths == (2, 4)
+  assert fit.estimated_seconds == pytest.approx(7e-3) and fit.compiled_flops == pytest.approx(38e12)
+  # A generator of a quarter of the layers has 1, 1 and 3 layers at depths 2, 4 and 12: not on one line; at 4, 8
+  # and 12 it has 1, 2 and 3, which are, so those depths are compiled instead.
+  quarter = dataclasses.replace(deep, model=dataclasses.replace(deep.model, generator_layers_fraction=0.25))
+  compiled.clear()
+  assert aot.layer_fit(quarter, mesh=None).depths == (4, 8) and [d for d, _, _ in compiled] == [4, 8]
+  assert aot.layer_fit(dataclasses.replace(deep, model=dataclasses.replace(deep.model, num_layers=4)), None) is None
 
 
 def test_plain_runs_do_not_probe_for_a_tpu():
