@@ -11,8 +11,9 @@ with at least 20% headroom in the share of memory JAX preallocates (75% of 80 GB
 """
 
 
-def apply(config, preset: str, max_rows: int):
-  """`config` with the GPU preset `preset` ('' leaves it as it is) for GPUs holding `max_rows` sequences each."""
+def apply(config, preset: str, max_rows: int, remat: str = ''):
+  """`config` with the GPU preset `preset` ('' leaves it as it is) for GPUs holding `max_rows` sequences each, and
+  `model.remat` set to `remat` when one is given (the policy the GPU compiles chose)."""
   if not preset:
     return config
   name, _, count = preset.partition(':')
@@ -23,6 +24,8 @@ def apply(config, preset: str, max_rows: int):
   if config.batch_size % gpus:
     raise ValueError(f'the batch of {config.batch_size} sequences does not split over {gpus} GPUs: use a number '
                      'of GPUs that divides it')
+  if remat:
+    config.model.remat = remat
   rows = config.batch_size // gpus
   # The fewest micro-batches (the least per-step overhead) whose rows fit; each micro-batch splits evenly.
   config.grad_accum_steps = next(k for k in range(1, rows + 1) if rows % k == 0 and rows // k <= max_rows)
