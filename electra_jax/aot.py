@@ -203,8 +203,9 @@ def format_fit(fit: LayerFit, r: Report, hw: Chip) -> str:
   mfu = r.model_flops / (fit.estimated_seconds * r.devices * hw.peak_flops)
   return (f'  layer fit (compiled unrolled at {fit.depths[0]} and {fit.depths[1]} layers, extrapolated linearly): '
           f'compiler\'s ESTIMATE {fit.estimated_seconds * 1e3:.1f} ms per step, '
-          f'{r.tokens / fit.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%}; compiled FLOPs {fit.compiled_flops * r.devices:.3e} (all devices), ratio '
-          f'{fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
+          f'{r.tokens / fit.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%}; compiled FLOPs '
+          f'{fit.compiled_flops * r.devices:.3e} (all devices), '
+          f'ratio {fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
 
 
 def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
