@@ -26,7 +26,9 @@ from helpers import free_port, read_metrics, step_dirs
 
 pytestmark = [pytest.mark.multihost, pytest.mark.usefixtures('compile_once')]
 
-STEPS = 16
+# Steps run at about 2 per second on 2 idle cores; a SIGTERM sent after step 6 or earlier once reached jax's preemption
+# sync point only at step 16 of 16 (clean-clone CI, 2026-11-25), so a stopped run keeps 26+ steps of margin.
+STEPS = 32
 TIMEOUT = 300  # seconds for one run: a few seconds of steps, the rest start-up and compiling on a loaded machine
 STOP_WITHIN = 60  # seconds from a SIGTERM to every process gone (the bound)
 HEARTBEAT = 10  # seconds: ELECTRA_JAX_HEARTBEAT_TIMEOUT in the killed run (100 by default)
