@@ -4,9 +4,8 @@ Remat policy and accumulation chosen by compiling the step for a v3-64 (`python 
 --topology=v3:4x8`, BENCHMARKS.md "Remat policies for ELECTRA-Large"): without remat its 32 sequences of 512 per
 core need about 30 GiB, more than a v3 core's 16. `dots_no_batch` keeps the dense projections' outputs and
 recomputes the attention core: 1.13x the model's FLOPs where full remat costs 1.42x (estimated 1.28 s per step
-against 1.41 s). Alone it peaks at 14.3 GiB per core; in 2 micro-batches of 16 rows, at 12.2 GiB (24% headroom; a v4-64
-chip: 16.6 of 32 GiB).
-The GPU presets keep full remat, the setting their H100 compiles chose.
+against 1.41 s). Alone it peaks at 14.3 GiB per core; in 2 micro-batches of 16 rows, at 12.2 GiB (24% headroom;
+a v4-64 chip: 16.6 of 32 GiB). The GPU presets keep full remat, the setting their H100 compiles chose.
 """
 
 from configs import default, gpu

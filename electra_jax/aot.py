@@ -200,12 +200,16 @@ def layer_fit(c: config_lib.TrainConfig, mesh) -> LayerFit | None:
 
 
 def format_fit(fit: LayerFit, r: Report, hw: Chip) -> str:
-  mfu = r.model_flops / (fit.estimated_seconds * r.devices * hw.peak_flops)
   return (f'  layer fit (compiled unrolled at {fit.depths[0]} and {fit.depths[1]} layers, extrapolated linearly): '
-          f'compiler\'s ESTIMATE {fit.estimated_seconds * 1e3:.1f} ms per step, '
-          f'{r.tokens / fit.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%}; compiled FLOPs '
-          f'{fit.compiled_flops * r.devices:.3e} (all devices), '
-          f'ratio {fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
+          f'{estimate(r, fit.estimated_seconds, hw)}; compiled FLOPs {fit.compiled_flops * r.devices:.3e} (all '
+          f'devices), ratio {fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
+
+
+def estimate(r: Report, seconds: float, hw: Chip) -> str:
+  """The compiler's step time `seconds` for the step of `r`, with the tokens/s and MFU it implies."""
+  mfu = r.model_flops / (seconds * r.devices * hw.peak_flops)
+  return (f'compiler\'s ESTIMATE (not a measurement): {seconds * 1e3:.1f} ms per step, {r.tokens / seconds:,.0f} '
+          f'tokens/s, MFU {mfu:.0%} of {hw.peak_flops / 1e12:.1f} TFLOP/s (bf16 peak) per device')
 
 
 def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_size: int, length: int) -> Report:
@@ -282,10 +286,7 @@ def format_report(r: Report, hw: Chip) -> str:
   elif r.estimated_seconds <= 0:  # seen for v4 (megacore): the cost model has no figure for it
     lines.append(f'  no usable step-time estimate from the compiler (optimal_seconds = {r.estimated_seconds:.3g})')
   else:
-    mfu = r.model_flops / (r.estimated_seconds * r.devices * hw.peak_flops)
-    lines.append(f'  compiler\'s ESTIMATE (not a measurement): {r.estimated_seconds * 1e3:.1f} ms per step, '
-                 f'{r.tokens / r.estimated_seconds:,.0f} tokens/s, MFU {mfu:.0%} of {hw.peak_flops / 1e12:.1f} '
-                 'TFLOP/s (bf16 peak) per device')
+    lines.append(f'  {estimate(r, r.estimated_seconds, hw)}')
   return '\n'.join(lines)
 
 

@@ -111,6 +111,10 @@ def test_layer_fit_extrapolates_the_unrolled_step_linearly(monkeypatch):
   assert compiled == [(2, 1, False), (4, 1, False)]
   assert fit.depths == (2, 4)
   assert fit.estimated_seconds == pytest.approx(7e-3) and fit.compiled_flops == pytest.approx(38e12)
+  # 8192 tokens / 7 ms; MFU 1e12 model FLOPs / (7 ms x 8 cores x 61.5 TFLOP/s) = 0.29; 8 x 38e12 / 1e12 = 304.
+  line = aot.format_fit(fit, fake_report(deep, None), aot.CHIPS['v3'])
+  assert '7.0 ms per step, 1,170,286 tokens/s, MFU 29% of 61.5 TFLOP/s' in line
+  assert 'compiled FLOPs 3.040e+14 (all devices), ratio 304.00' in line
   # A generator of a quarter of the layers has 1, 1 and 3 layers at depths 2, 4 and 12: not on one line; at 4, 8
   # and 12 it has 1, 2 and 3, which are, so those depths are compiled instead.
   quarter = dataclasses.replace(deep, model=dataclasses.replace(deep.model, generator_layers_fraction=0.25))
