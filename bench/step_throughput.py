@@ -4,11 +4,17 @@
 
 --vs-torch times the same step done with Hugging Face's PyTorch ElectraForMaskedLM + ElectraForPreTraining
 (same sizes, same batch, tied embeddings, AdamW) in the same process and prints the ratio.
+--profile=N traces N more steps with jax.profiler and prints the XLA operations that took the most time, summed
+over the step (on CPU, run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that XLA:CPU records them).
 Peak FLOP/s: --peak_tflops, or a table of known accelerators; on CPU it is measured with a large matmul.
 """
 
+import collections
+import glob
 import os
+import re
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,6 +36,7 @@ _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up steps).')
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: guess).')
 _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step.')
+_PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print the costliest XLA operations.')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
@@ -73,7 +80,34 @@ def time_jax(c, batch):
   for _ in range(_STEPS.value):
     state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
-  return (time.perf_counter() - start) / _STEPS.value
+  seconds = (time.perf_counter() - start) / _STEPS.value
+  if _PROFILE.value:
+    with tempfile.TemporaryDirectory() as trace:
+      with jax.profiler.trace(trace):
+        for _ in range(_PROFILE.value):
+          state, metrics = run.step_fn(state, device_batch, rng)
+        jax.block_until_ready(metrics)
+      print_costliest_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], _PROFILE.value,
+                          run.lower().compile().as_text())
+  return seconds
+
+
+def print_costliest_ops(xplane: str, steps: int, hlo: str, top: int = 25):
+  """The XLA operations (thunks) with the most time per step in a trace, summed over every thread and call, each
+  with its shape and the jax operation it came from (from the compiled HLO text `hlo`)."""
+  where = {}
+  for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (\S+) .*?op_name="([^"]*)"', hlo, re.MULTILINE):
+    where.setdefault(m.group(1), f'{m.group(2)}  {m.group(3)[-90:]}')
+  total = collections.Counter()
+  for plane in jax.profiler.ProfileData.from_file(xplane).planes:
+    for line in plane.lines:
+      if line.name.startswith('tf_XLA'):  # XLA's thread pools; not the Python thread
+        for event in line.events:  # the operations, not the pools' own events or waits
+          if not event.name.startswith(('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')):
+            total[event.name] += event.duration_ns / steps / 1e6
+  print(f'costliest XLA operations, ms per step (summed over threads; all operations: {sum(total.values()):.1f}):')
+  for name, ms in total.most_common(top):
+    print(f'  {ms:8.1f}  {name:28s} {where.get(name, "")}')
 
 
 def time_torch(c, batch):
