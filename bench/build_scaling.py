@@ -1,7 +1,7 @@
 """`data build` on one machine: the local pool against Beam's DirectRunner, 1 and 2 workers, on a corpus of realistic
 text made big by repetition.
 
-  python bench/build_scaling.py --work=/tmp/build_scaling [--source='../shared/data/corpus/*.txt.gz'] [--copies=15]
+  python bench/build_scaling.py --work=WORK [--source='../shared/data/corpus/*.txt.gz'] [--copies=15]
       [--workers=1,2] [--runners=pool,DirectRunner] [--vocab_size=30522]
 
 Writes --copies copies of --source into --work/corpus (plain text, one file per source file and copy, each copy's

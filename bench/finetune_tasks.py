@@ -2,8 +2,8 @@
 several seeds; prints (and writes) a Markdown table of dev medians, and for classification tasks the share of the
 dev set given the most frequent predicted label per seed (100%: the model collapsed to a constant answer).
 
-  python bench/finetune_tasks.py --pretrained=/tmp/electra --tasks_dir=../shared/data/tasks \
-      --tasks=polarity,hedge,pos --seeds=3 --workdir=/tmp/finetune_bench [--max_train=2000 --epochs=2]
+  python bench/finetune_tasks.py --pretrained=WORKDIR --tasks_dir=../shared/data/tasks \
+      --tasks=polarity,hedge,pos --seeds=3 --workdir=BENCH_WORKDIR [--max_train=2000 --epochs=2]
 
 Each task directory holds train/dev(/test) .tsv(.gz) (`label<TAB>sentence`, header optional) or .conll(.gz) files.
 `--max_train` keeps N random training examples (config key max_train_examples) for quick CPU runs.

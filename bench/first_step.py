@@ -1,7 +1,7 @@
 """Time from launching the quickstart command to its first trained step: cold (empty caches), warm (the same
 command in a new workdir) and a resume (the warm run's workdir again).
 
-  python bench/first_step.py [--config=configs/tiny.py] [--scratch=/tmp/first_step]
+  python bench/first_step.py [--config=configs/tiny.py] --scratch=SCRATCH
 
 Each run is the README's quickstart command with `--config.log_every=1` (host-side only: the compiled step is the
 same), so metrics.jsonl gets its first line when step 1 is done; the run is then stopped with SIGTERM (it writes a
@@ -62,7 +62,7 @@ def _last_step(path: str) -> int:
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--config', default='configs/tiny.py')
-  parser.add_argument('--scratch', default='/tmp/first_step')
+  parser.add_argument('--scratch', required=True)
   args = parser.parse_args()
   shutil.rmtree(args.scratch, ignore_errors=True)
   cache = os.path.join(args.scratch, 'cache')

@@ -1,7 +1,7 @@
 """Every key of a fine-tuning run (`--mode=finetune`), with its default.
 
   python -m electra_jax.main --mode=finetune --config=configs/finetune.py --config.task=rte \
-      --config.init_checkpoint=PRETRAIN_WORKDIR --workdir=/tmp/rte --config.seeds=10
+      --config.init_checkpoint=PRETRAIN_WORKDIR --workdir=RTE_WORKDIR --config.seeds=10
 
 0 for learning_rate, layerwise_lr_decay, epochs and max_seq_length means the paper's value for the model width
 (lr 3e-4 small / 1e-4 base / 5e-5 large; decay 0.8 / 0.8 / 0.9) or for the task (3 epochs, 10 for RTE and

@@ -1,9 +1,9 @@
 r"""The one entry point: flags and dispatch only.
 
-  python -m electra_jax.main --config=configs/tiny.py --workdir=/tmp/electra [--config.train_steps=100]
-  python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=/tmp/electra \
-      --workdir=/tmp/rte
-  python -m electra_jax.main --config=configs/finetune.py --config.predict_input=FILE --workdir=/tmp/rte
+  python -m electra_jax.main --config=configs/tiny.py --workdir=WORKDIR [--config.train_steps=100]
+  python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=WORKDIR \
+      --workdir=RTE_WORKDIR
+  python -m electra_jax.main --config=configs/finetune.py --config.predict_input=FILE --workdir=RTE_WORKDIR
   python -m electra_jax.main --config=configs/small.py --show_config   # every key, its value and its comment
 """
 

@@ -1,6 +1,6 @@
 """Pre-training objectives compared at equal compute, sized for a 2-core CPU (`configs/tiny.py` model).
 
-  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=/tmp/cmp
+  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=WORKDIR
 
 Paths are relative to the directory the command runs in (the repository root: ../shared/data/...). Every key can
 be overridden on the command line: `--config.flops_budgets=1e13,3e13 --config.seeds=5 --config.tasks="'DIR1','DIR2'"`.

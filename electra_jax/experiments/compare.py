@@ -1,6 +1,6 @@
 r"""Pre-training objectives compared at equal compute, on downstream tasks, against training from scratch.
 
-  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=/tmp/cmp \
+  python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=WORKDIR \
       [--config.flops_budgets=1e13,3e13 --config.tasks="'DIR1','DIR2'" --config.seeds=5]
 
 For each run in `objectives`: its FLOPs per step (`flops.train_flops_per_step`, what the trainer logs as
