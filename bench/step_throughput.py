@@ -70,8 +70,9 @@ def random_batch(batch: int, length: int, vocab: int, seed: int = 0) -> dict[str
 
 def time_jax(c, batch):
   run = Pretraining(c, SPECIAL, sharding.make_mesh(c.mesh))
+  executable = run.compile()  # what step_fn runs from now on
   state = run.init_state(jax.random.PRNGKey(0))
-  rng = jax.random.key_data(jax.random.PRNGKey(1))
+  rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
   device_batch = sharding.global_batch(batch, run.batch_sharding)
   for _ in range(2):
     state, metrics = run.step_fn(state, device_batch, rng)
@@ -88,7 +89,7 @@ def time_jax(c, batch):
           state, metrics = run.step_fn(state, device_batch, rng)
         jax.block_until_ready(metrics)
       print_costliest_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], _PROFILE.value,
-                          run.lower().compile().as_text())
+                          executable.as_text())
   return seconds
 
 

@@ -186,8 +186,10 @@ class Pretraining:
   def compile(self):
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
     this first times its steps without the compile. `step_fn` then runs this executable, which takes its inputs
-    where it was compiled for: the rng replicated (`jax.device_put(rng, sharding.replicated(mesh))`)."""
+    where it was compiled for: the rng replicated (`jax.device_put(rng, sharding.replicated(mesh))`). Returns the
+    executable (its `as_text()`, `memory_analysis()`)."""
     self._step = self.lower().compile()
+    return self._step
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""
