@@ -16,7 +16,7 @@ every schedule: the configured `temperature` and `disc_weight`.
 
 Every objective computes float32 sums over the batch (cross-entropies, counts, correct predictions) and makes
 its loss and Metrics from them as ratios; so a batch split into micro-batches (gradient accumulation) adds up its
-sums and gradients to what the whole batch gives. Randomness is drawn per example row: row r's masking, Gumbel
+sums and gradients to what the whole batch gives. Randomness is drawn per example row: row r's masking, sampling
 noise and dropout come from fold_in(key, r), never from the other rows, so micro-batches draw what the whole would.
 """
 
@@ -41,7 +41,7 @@ Metrics = dict[str, tuple[jax.Array, jax.Array]]
 class Draws:
   """What a step draws before running the model, row by row. Row r's draws depend only on the step's key and r."""
   masked: masking.Masked  # [batch, ...] the selected positions and what the generator sees
-  sample_keys: jax.Array  # [batch, ...] one key per row for its Gumbel noise
+  sample_keys: jax.Array  # [batch, ...] one key per row for its sampling noise
   rows: jax.Array  # [batch] int32 each row's index in the batch: the model keys its dropout with it
 
 
@@ -101,10 +101,19 @@ def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
 
 
 def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=1.0):
-  """Gumbel-argmax samples [batch, P] from generator logits [batch, P, vocab] at the temperature of `progress`."""
-  logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress))
-  gumbel = jax.random.gumbel(rng, logits.shape, logits.dtype)
-  return jnp.argmax(logits + gumbel, axis=-1).astype(targets.dtype)
+  """Samples [batch, P] from the softmax of generator logits [batch, P, vocab] at the temperature of `progress`.
+
+  By inverse CDF: one uniform u in (0, 1] per position, and the sample is the first id whose cumulative
+  probability reaches u (counted as the ids whose cumulative probability stays below it). The official code draws
+  the same distribution with Gumbel noise and an argmax, which needs a random number per vocabulary entry: on CPU
+  that noise was 16% of ELECTRA-Small's step (BENCHMARKS.md, "Where the ELECTRA-Small step's CPU time goes"). An id
+  of probability 0 is never drawn, since u > 0. In float32 whatever the model's dtype: a bf16 sum over 30k ids
+  would round away the small probabilities.
+  """
+  logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress)).astype(jnp.float32)
+  cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
+  u = 1.0 - jax.random.uniform(rng, logits.shape[:-1] + (1,))
+  return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)
 
 
 def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):

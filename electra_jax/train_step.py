@@ -111,7 +111,7 @@ def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfi
                          metrics_fn=objective.loss_and_metrics, selected_only: bool = False):
   """(gradient, Metrics) of an objective's loss on `batch`, summed over `steps` micro-batches in a `lax.scan`.
 
-  `sums_fn` and `metrics_fn` are the objective's halves (`objective.Objective.sums`, `.metrics`). Masks, Gumbel
+  `sums_fn` and `metrics_fn` are the objective's halves (`objective.Objective.sums`, `.metrics`). Masks, sampling
   keys and dropout are drawn per row (see electra_jax.objective), the masking for the whole batch up front: each
   micro-batch's loss is its share of the whole batch's (divided by the whole batch's `objective.counts`), so the
   shares and their gradients add up to the one-batch values. Micro-batch m takes rows m, m + k, m + 2k, ...: with

@@ -44,7 +44,7 @@ def test_losses_by_hand_random_selection(seed):
   #   row 0: N = 5 real tokens  -> n = max(1, round(0.75)) = 1
   #   row 1: N = 10 real tokens -> n = round(1.5) = 2
   # Words are only 5 and 6, so with T = 1e-3 the sample is always the other word c (its logit exceeds the
-  # target's by log 2 / 1e-3 = 693, far beyond any Gumbel noise): all 3 selected tokens are replaced.
+  # target's by log 2 / 1e-3 = 693, a probability of 1 - e^-693 against it): all 3 selected tokens are replaced.
   # Generator: CE = log 4 at each selected position -> gen_loss = log 4 = 2 log 2.
   # Discriminator stub: logit 0 where the token was replaced (label 1: BCE = log 2) and log 3 where it is the
   # original (label 0: BCE = -log(1 - 3/4) = log 4). Mean over the 15 non-pad tokens, [CLS]/[SEP] included:
@@ -123,7 +123,7 @@ def test_loss_weights():
 @pytest.mark.slow
 def test_disallow_correct_labels_every_selection_replaced():
   # The stub generator ranks the original 7 first; with disallow_correct its logit drops by 1000, so the
-  # sample is never 7: all 5 selected tokens of the example above are replaced (T = 1, real Gumbel noise).
+  # sample is never 7: all 5 selected tokens of the example above are replaced (T = 1, real random draws).
   ids = np.array([[2, 7, 7, 7, 3, 0, 0, 0], [2, 7, 7, 3, 0, 0, 0, 0]], np.int32)
   zeros = lambda corrupted: jnp.zeros(corrupted.shape, jnp.float32)
   for disallow in (False, True):
@@ -153,11 +153,15 @@ def test_sample_equal_to_original_and_disallow_correct():
   banned = _draws(logits, ObjectiveConfig(disallow_correct=True), 4000, targets=3)
   assert not np.any(banned == 3)
   assert set(banned.tolist()) == {0, 1, 2, 4}
+  # The first and the last id, banned, are never drawn either (the ends of the cumulative sum).
+  for end in (0, 4):
+    ends = _draws(np.roll(logits, end - 3), ObjectiveConfig(disallow_correct=True), 4000, targets=end)
+    assert set(ends.tolist()) == {0, 1, 2, 3, 4} - {end}
 
 
 @pytest.mark.parametrize('temperature', [1.0, 2.0, 0.5])
 def test_temperature(temperature):
-  # Gumbel-argmax of logits/T samples softmax(logits/T); with logits = log p that is p^(1/T) normalised:
+  # The sampler draws from softmax(logits/T); with logits = log p that is p^(1/T) normalised:
   #   T = 1:   [0.5, 0.3, 0.2]
   #   T = 2:   sqrt(p) = [0.7071, 0.5477, 0.4472] / 1.7020 = [0.4155, 0.3218, 0.2628]
   #   T = 0.5: p^2     = [0.25, 0.09, 0.04] / 0.38        = [0.6579, 0.2368, 0.1053]
