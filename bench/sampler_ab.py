@@ -1,0 +1,72 @@
+"""The pre-training step with the official Gumbel-argmax sampler against ours (inverse CDF), in one process.
+
+  python bench/sampler_ab.py --config=configs/small.py --batch=32 --rounds=6 --steps=3
+
+Both steps are compiled first; then each round times `--steps` steps of one and then of the other, so a machine
+whose speed drifts (shared, throttled) slows both alike. Prints the median, mean and fastest step of each.
+"""
+
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
+import jax.numpy as jnp
+
+from electra_jax import config as config_lib, objective, sharding
+from electra_jax.train_step import Pretraining
+import step_throughput
+
+# --config, --batch, --vocab and --steps (here: timed steps of each sampler per round) are step_throughput's flags.
+_CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
+                                   step_throughput._VOCAB, step_throughput._STEPS)  # pylint: disable=protected-access
+_ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (Gumbel steps, inverse-CDF steps).')
+
+
+def gumbel_argmax(rng, logits, targets, config, progress=1.0):
+  """The official sampler: argmax(logits / T + Gumbel noise), one random number per vocabulary entry."""
+  logits = jax.lax.stop_gradient(objective.sampling_logits(logits, targets, config, progress))
+  return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape, logits.dtype), axis=-1).astype(targets.dtype)
+
+
+def main(argv):
+  del argv
+  cfg = _CONFIG.value
+  cfg.batch_size = _BATCH.value
+  c = config_lib.load(cfg, vocab_size=_VOCAB.value)
+  batch = step_throughput.random_batch(_BATCH.value, c.data.max_seq_length, _VOCAB.value)
+  ours = objective.sample_replacements
+  runs = {}
+  for name, sampler in (('gumbel-argmax', gumbel_argmax), ('inverse CDF', ours)):
+    objective.sample_replacements = sampler  # read when the step is traced, in compile()
+    run = Pretraining(c, step_throughput.SPECIAL, sharding.make_mesh(c.mesh))
+    run.compile()
+    state = run.init_state(jax.random.PRNGKey(0))
+    rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
+    device_batch = sharding.global_batch(batch, run.batch_sharding)
+    state, metrics = run.step_fn(state, device_batch, rng)  # warm-up
+    jax.block_until_ready(metrics)
+    runs[name] = {'run': run, 'state': state, 'batch': device_batch, 'rng': rng, 'seconds': []}
+  objective.sample_replacements = ours
+  for _ in range(_ROUNDS.value):
+    for r in runs.values():
+      for _ in range(_STEPS.value):
+        start = time.perf_counter()
+        r['state'], metrics = r['run'].step_fn(r['state'], r['batch'], r['rng'])
+        jax.block_until_ready(metrics)
+        r['seconds'].append(time.perf_counter() - start)
+  print(f'{c.model.num_layers} layers H={c.model.hidden_size} vocab={_VOCAB.value}; batch {_BATCH.value} x '
+        f'{c.data.max_seq_length}; {_ROUNDS.value} rounds of {_STEPS.value} steps each')
+  for name, r in runs.items():
+    ms = [1000 * s for s in r['seconds']]
+    print(f'{name:14s} median {statistics.median(ms):7.0f} ms  mean {statistics.mean(ms):7.0f} ms  '
+          f'fastest {min(ms):7.0f} ms')
+
+
+if __name__ == '__main__':
+  app.run(main)
