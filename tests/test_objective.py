@@ -44,7 +44,7 @@ def test_losses_by_hand_random_selection(seed):
   #   row 0: N = 5 real tokens  -> n = max(1, round(0.75)) = 1
   #   row 1: N = 10 real tokens -> n = round(1.5) = 2
   # Words are only 5 and 6, so with T = 1e-3 the sample is always the other word c (its logit exceeds the
-  # target's by log 2 / 1e-3 = 693, a probability of 1 - e^-693 against it): all 3 selected tokens are replaced.
+  # target's by log 2 / 1e-3 = 693: it has probability 1 - e^-693): all 3 selected tokens are replaced.
   # Generator: CE = log 4 at each selected position -> gen_loss = log 4 = 2 log 2.
   # Discriminator stub: logit 0 where the token was replaced (label 1: BCE = log 2) and log 3 where it is the
   # original (label 0: BCE = -log(1 - 3/4) = log 4). Mean over the 15 non-pad tokens, [CLS]/[SEP] included:
