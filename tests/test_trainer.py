@@ -17,6 +17,9 @@ from helpers import tiny_pretraining_config as tiny_config
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('compile_once')]
 
+# The resumes below with dropout on (the tiny config has it off): its random bits must continue where they stopped.
+DROPOUT = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
+
 
 def assert_same_run(config, one_go, resumed):
   """Same per-step losses and same final parameters.
@@ -39,14 +42,14 @@ def assert_same_run(config, one_go, resumed):
 
 @pytest.fixture(scope='module')
 def one_go(tmp_path_factory, corpus_file, cache_dir):
-  """An uninterrupted 8-step run."""
+  """An uninterrupted 8-step run, dropout on."""
   workdir = tmp_path_factory.mktemp('one_go')
-  trainer.train(tiny_config(corpus_file, cache_dir), workdir)
+  trainer.train(tiny_config(corpus_file, cache_dir, **DROPOUT), workdir)
   return workdir
 
 
 def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
-  config = tiny_config(corpus_file, cache_dir)
+  config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   trainer.train(config, tmp_path, stop_after=5)  # stops after step 5, past the step-4 checkpoint
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '5']
   trainer.train(config, tmp_path)
@@ -54,7 +57,7 @@ def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
 
 
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
-  config = tiny_config(corpus_file, cache_dir)
+  config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   with sigterm_at_step(3):
     trainer.train(config, tmp_path)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3']
