@@ -300,14 +300,13 @@ def test_paper_configs_lower(name, dims, paper_millions):
   count = sum(math.prod(x.shape) for k in ('embeddings', 'discriminator') for x in jax.tree.leaves(params[k]))
   assert count == _disc_params(30522, *dims)
   assert abs(count / 1e6 - paper_millions) / paper_millions < 0.04
-  if name != 'small':
-    shallow = module.get_config()
-    shallow.model.num_layers = 2
-    config = config_lib.load(shallow, vocab_size=30522)
+  layers = dims[2] if name == 'small' else 2
+  lowered_config = module.get_config()
+  lowered_config.model.num_layers = layers
+  config = config_lib.load(lowered_config, vocab_size=30522)
   lowered = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh)).lower()
   state_info = lowered.args_info[0][0]  # (args, kwargs) -> the TrainState argument
   assert state_info.step.shape == () and state_info.step.donated
-  layers = 2 if name != 'small' else dims[2]
   assert len(state_info.params['discriminator']['encoder']) == layers
   assert lowered.out_info[1]['loss'][0].shape == ()
 
