@@ -153,6 +153,7 @@ class Pretraining:
   tx: optax.GradientTransformation = dataclasses.field(init=False)
   schedule: optax.Schedule = dataclasses.field(init=False)
   state_shardings: Any = dataclasses.field(init=False)
+  _abstract_state: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   _batch_checked: bool = dataclasses.field(init=False, default=False)
 
@@ -162,7 +163,7 @@ class Pretraining:
     self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
     if objective.get(c.objective.name).frozen_generator:  # Fast-ELECTRA: another run's MLM, never updated
       self.model, self.tx = frozen.model(c), frozen.optimizer(self.tx)
-    self.state_shardings = scaffold.state_shardings(self.mesh, c.mesh.rules, self._init_boxed)
+    self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
@@ -205,7 +206,7 @@ class Pretraining:
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
-    return scaffold.abstract_state(self._init_boxed, self.state_shardings)
+    return self._abstract_state
 
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
     shape = (self.config.batch_size, self.config.data.max_seq_length)

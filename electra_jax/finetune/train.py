@@ -78,6 +78,7 @@ class Finetuning:
   tx: optax.GradientTransformation = dataclasses.field(init=False)
   schedule: optax.Schedule = dataclasses.field(init=False)
   state_shardings: Any = dataclasses.field(init=False)
+  _abstract_state: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   step_fn: Callable[..., Any] = dataclasses.field(init=False)
   eval_fn: Callable[..., Any] = dataclasses.field(init=False)
@@ -87,7 +88,7 @@ class Finetuning:
     c = self.config
     self.tx, self.schedule = optimizer_lib.make_optimizer(c.optimizer, self.model.config.num_layers,
                                                           self.total_steps)
-    self.state_shardings = scaffold.state_shardings(self.mesh, c.mesh.rules, self._init_boxed)
+    self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
     # Every input array is split along its first (batch) dimension only: labels are [batch].
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules, axes=sharding.BATCH[:1])
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
@@ -107,7 +108,7 @@ class Finetuning:
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
-    return scaffold.abstract_state(self._init_boxed, self.state_shardings)
+    return self._abstract_state
 
   def init_state(self, rng, pretrained=None) -> TrainState:
     """A fresh sharded state; `pretrained` {'embeddings', 'discriminator'} params replace the initial ones."""
