@@ -126,8 +126,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, corpus_file, ca
 
 
 def test_corrupt_checkpoint_is_a_clear_error_and_is_not_deleted(tmp_path, corpus_file, cache_dir):
-  config = tiny_config(corpus_file, cache_dir, train_steps=4)
-  trainer.train(config, tmp_path)
+  config = tiny_config(corpus_file, cache_dir)  # the program test_resume_keeps_the_runs_own_tokenizer compiled
+  trainer.train(config, tmp_path, stop_after=4)
   state_dir = tmp_path / 'checkpoints' / '4' / 'state'
   damaged = []
   for root, _, files in os.walk(state_dir):
@@ -136,7 +136,6 @@ def test_corrupt_checkpoint_is_a_clear_error_and_is_not_deleted(tmp_path, corpus
       with open(path, 'wb') as f:
         f.write(b'\x00garbage')
       damaged.append(path)
-  config.train_steps = 6
   with pytest.raises(checkpoint.CheckpointError, match='no checkpoint in .* can be read'):
     trainer.train(config, tmp_path)
   assert all(os.path.exists(p) for p in damaged)
@@ -174,9 +173,8 @@ def test_cli_unknown_config_key_is_one_line(tmp_path):
 
 def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir):
   """Steps in save_steps get a checkpoint that keep_checkpoints=1 does not delete; load_params reads any step."""
-  config = tiny_config(corpus_file, cache_dir, train_steps=5, checkpoint_every=100, keep_checkpoints=1,
-                       save_steps=(2, 3))
-  trainer.train(config, tmp_path)
+  config = tiny_config(corpus_file, cache_dir, checkpoint_every=100, keep_checkpoints=1, save_steps=(2, 3))
+  trainer.train(config, tmp_path, stop_after=5)  # 8 steps' program, compiled once for this file; stopped at 5
   assert sorted(os.listdir(tmp_path / 'checkpoints'), key=int) == ['2', '3', '5']
   params = {step: jax.device_get(checkpoint.load_params(str(tmp_path), step=step)[1]) for step in (2, 3, 5)}
   kernel = lambda p: p['discriminator']['encoder']['layer_0']['output']['dense']['kernel']
