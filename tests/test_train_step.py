@@ -151,7 +151,8 @@ def test_step_is_pure(run, batch, initial):
 
 
 def test_rng_is_folded_with_the_step(run, batch, initial):
-  """Step s draws its masks, samples (and dropout) from fold_in(rng, s): same rng, different steps differ."""
+  """Step s draws its masks and samples (and dropout, off here) from fold_in(rng, s): same rng, different steps
+  differ."""
   losses = {}
   for step in (0, 5):
     _, metrics = run.step_fn(_fresh(run, initial, step), batch, _rng())
