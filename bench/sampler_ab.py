@@ -1,11 +1,6 @@
-"""The pre-training step with one lever undone against main's, in one process.
+"""The pre-training step with the official Gumbel-argmax sampler against ours (inverse CDF), in one process.
 
-  python bench/step_ab.py --lever=sampler --config=configs/small.py --batch=32 --rounds=6 --steps=3
-  python bench/step_ab.py --lever=dropout --config=configs/small.py --batch=32 --rounds=6 --steps=3
-
-Levers (each replaces one function while the step is traced):
-  sampler: the official Gumbel-argmax sampler against ours (inverse CDF);
-  dropout: one uniform float per dropped element (jax.random.bernoulli) against ours (16 bits per element).
+  python bench/sampler_ab.py --config=configs/small.py --batch=32 --rounds=6 --steps=3
 
 Both steps are compiled first; then each round times `--steps` steps of one and then of the other, so a machine
 whose speed drifts (shared, throttled) slows both alike. Prints the median, mean and fastest step of each.
@@ -23,15 +18,14 @@ from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-
 import jax
 import jax.numpy as jnp
 
-from electra_jax import config as config_lib, model, objective, sharding
+from electra_jax import config as config_lib, objective, sharding
 from electra_jax.train_step import Pretraining
 import step_throughput
 
-# --config, --batch, --vocab and --steps (here: timed steps of each variant per round) are step_throughput's flags.
+# --config, --batch, --vocab and --steps (here: timed steps of each sampler per round) are step_throughput's flags.
 _CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
                                    step_throughput._VOCAB, step_throughput._STEPS)  # pylint: disable=protected-access
-_ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps without the lever, steps of main).')
-_LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout'], 'What to undo.')
+_ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (Gumbel steps, inverse-CDF steps).')
 
 
 def gumbel_argmax(rng, logits, targets, config, progress=1.0):
@@ -40,30 +34,16 @@ def gumbel_argmax(rng, logits, targets, config, progress=1.0):
   return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape, logits.dtype), axis=-1).astype(targets.dtype)
 
 
-def bernoulli_keep(self, shape, rows):
-  """model.Dropout.keep before the 16-bit draws: one uniform float (a 32-bit draw) per element."""
-  key = self.make_rng('dropout')
-  row_shape = (shape[0] // rows.shape[0],) + tuple(shape[1:])
-  keep = jax.vmap(lambda r: jax.random.bernoulli(jax.random.fold_in(key, r), 1.0 - self.rate, row_shape))(rows)
-  return keep.reshape(shape)
-
-
-# lever: (owner, attribute, the function without the lever, its name, main's name)
-LEVERS = {'sampler': (objective, 'sample_replacements', gumbel_argmax, 'gumbel-argmax', 'inverse CDF'),
-          'dropout': (model.Dropout, 'keep', bernoulli_keep, 'float per element', '16 bits')}
-
-
 def main(argv):
   del argv
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
   c = config_lib.load(cfg, vocab_size=_VOCAB.value)
   batch = step_throughput.random_batch(_BATCH.value, c.data.max_seq_length, _VOCAB.value)
-  owner, attribute, before, before_name, main_name = LEVERS[_LEVER.value]
-  ours = getattr(owner, attribute)
+  ours = objective.sample_replacements
   runs = {}
-  for name, function in ((before_name, before), (main_name, ours)):
-    setattr(owner, attribute, function)  # read when the step is traced, in compile()
+  for name, sampler in (('gumbel-argmax', gumbel_argmax), ('inverse CDF', ours)):
+    objective.sample_replacements = sampler  # read when the step is traced, in compile()
     run = Pretraining(c, step_throughput.SPECIAL, sharding.make_mesh(c.mesh))
     run.compile()
     state = run.init_state(jax.random.PRNGKey(0))
@@ -72,7 +52,7 @@ def main(argv):
     state, metrics = run.step_fn(state, device_batch, rng)  # warm-up
     jax.block_until_ready(metrics)
     runs[name] = {'run': run, 'state': state, 'batch': device_batch, 'rng': rng, 'seconds': []}
-  setattr(owner, attribute, ours)
+  objective.sample_replacements = ours
   for _ in range(_ROUNDS.value):
     for r in runs.values():
       for _ in range(_STEPS.value):
@@ -84,7 +64,7 @@ def main(argv):
         f'{c.data.max_seq_length}; {_ROUNDS.value} rounds of {_STEPS.value} steps each')
   for name, r in runs.items():
     ms = [1000 * s for s in r['seconds']]
-    print(f'{name:17s} median {statistics.median(ms):7.0f} ms  mean {statistics.mean(ms):7.0f} ms  '
+    print(f'{name:14s} median {statistics.median(ms):7.0f} ms  mean {statistics.mean(ms):7.0f} ms  '
           f'fastest {min(ms):7.0f} ms')
 
 
