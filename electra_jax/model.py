@@ -78,11 +78,6 @@ class Dropout(nn.Module):
   x is [rows * n, ...] with its rows in order (n > 1 for the flattened [batch * length, hidden] tokens), rows
   [rows] int32 the index of each row in the full batch. Splitting a batch into micro-batches does not change what
   any row drops.
-
-  Each element compares 16 random bits with round(rate * 2^16), so one 32-bit draw serves two neighbours along the
-  last axis: half the threefry work of one uniform float per element (on a CPU, threefry dropout was 16% of the
-  ELECTRA-Small step; this halves it: BENCHMARKS.md). The drop probability is round(rate * 2^16) / 2^16, within
-  2^-17 of `rate` (0.1 -> 0.1000061).
   """
   rate: float
 
@@ -96,16 +91,8 @@ class Dropout(nn.Module):
     """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
     row_shape = (shape[0] // rows.shape[0],) + tuple(shape[1:])
-    *outer, last = row_shape
-    half = (last + 1) // 2
-    threshold = jnp.uint32(round(self.rate * 2**16))
-
-    def row(r):
-      bits = jax.random.bits(jax.random.fold_in(key, r), (*outer, half), jnp.uint32)
-      pairs = jnp.stack([bits & 0xFFFF, bits >> 16], axis=-1).reshape(*outer, 2 * half)
-      return pairs[..., :last] >= threshold
-
-    return jax.vmap(row)(rows).reshape(shape)
+    keep = jax.vmap(lambda r: jax.random.bernoulli(jax.random.fold_in(key, r), 1.0 - self.rate, row_shape))(rows)
+    return keep.reshape(shape)
 
 
 class Embeddings(nn.Module):

@@ -480,21 +480,3 @@ def test_dropout_only_when_not_deterministic(params):
   assert np.max(np.abs(on_a - on_b)) > 1e-4
   assert np.max(np.abs(on_a - off_a)) > 1e-4
   np.testing.assert_array_equal(on_a, disc(jax.random.PRNGKey(0), False))
-
-
-def test_dropout_mask_rate_rows_and_odd_widths():
-  """Each element keeps iff its 16 random bits are >= round(0.1 * 2^16) = 6554: a drop probability of
-  6554 / 65536 = 0.1000061. A row's mask depends on its index alone (not on the rows beside it), and a last axis of
-  odd width (one 32-bit draw serves two neighbours) is cut to size."""
-  dropout = model_lib.Dropout(0.1)
-  keep = lambda shape, rows: dropout.apply({}, shape, jnp.asarray(rows), method='keep',
-                                           rngs={'dropout': jax.random.PRNGKey(0)})
-  mask = np.asarray(keep((64 * 128, 257), np.arange(64)))  # 64 rows of [128, 257]: 2,105,344 draws
-  assert mask.shape == (64 * 128, 257) and mask.dtype == np.bool_
-  # Binomial standard deviation sqrt(n p (1 - p)) / n = 2.1e-4: the mean is within 5 of them of 0.1000061.
-  assert abs((1 - mask.mean()) - 6554 / 65536) < 5 * 2.1e-4
-  # Rows 5 and 9, asked for alone (a micro-batch), drop exactly what they drop in the whole batch.
-  alone = np.asarray(keep((2 * 128, 257), [5, 9]))
-  np.testing.assert_array_equal(alone[:128], mask[5 * 128:6 * 128])
-  np.testing.assert_array_equal(alone[128:], mask[9 * 128:10 * 128])
-  assert not np.array_equal(mask[:128], mask[128:256])  # and rows differ from one another
