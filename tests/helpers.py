@@ -117,7 +117,7 @@ def override(config, overrides: dict, sep: str = '.'):
 
 def tiny_pretraining_config(source, cache_dir, **overrides):
   """The tests' tiny pre-training run (2 layers, H=32, 32-token sequences, 8 steps, one device, dropout off: its
-  random bits add about a third to the train step's compile; tests/test_trainer.py's resumes turn it on).
+  random bits double the train step's compile on CPU; tests/test_trainer.py's resumes turn it on).
   `overrides` are dotted keys (`**{'data.eval_fraction': 0.2}`)."""
   config = default.get_config()
   config.train_steps = 8
@@ -126,7 +126,8 @@ def tiny_pretraining_config(source, cache_dir, **overrides):
   config.checkpoint_every = 4
   config.data.update(source=source, vocab_size=64, max_seq_length=32, cache_dir=cache_dir)
   config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                      generator_hidden_fraction=0.5, max_position_embeddings=64, dropout_rate=0.0, attention_dropout_rate=0.0)
+                      generator_hidden_fraction=0.5, max_position_embeddings=64, dropout_rate=0.0,
+                      attention_dropout_rate=0.0)
   config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
   config.mesh.shape = (1, 1, 1)  # one device: equivalence across meshes is tests/test_sharding.py's subject
   return override(config, overrides)

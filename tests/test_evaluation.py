@@ -147,7 +147,9 @@ def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file
   assert [m['step'] for m in logs] == [2, 3, 4, 6]
   assert [m['step'] for m in logs if EVAL_KEYS <= set(m)] == [3, 6]
   assert 'loss' not in logs[1] and 'loss' in logs[3]
-  assert 0 <= logs[3]['eval_disc_auc'] <= 1 and 0 <= logs[3]['eval_gen_accuracy'] <= 1  # 6 steps: no skill yet
+  # 6 steps, dropout off: no skill to ask for yet, but every held-out number is a number (a binned AUC with an empty
+  # class, or a 0/0 accuracy, would be NaN).
+  assert all(np.isfinite(logs[3][key]) for key in EVAL_KEYS), logs[3]
 
   # The final state, evaluated twice more from its checkpoint: the same numbers as the run logged at step 6.
   c = config_lib.load(config, vocab_size=64)

@@ -1,5 +1,6 @@
 """The jitted, sharded train step: metrics, learning, purity, rng folding, donation, shardings, big-config lowering."""
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -297,16 +298,13 @@ def test_paper_configs_lower(name, dims, paper_millions):
   """Each paper scale has the paper's parameters, and its train step lowers (traced with its shardings, not
   compiled or run) on 8 devices: small at full size, base and large at full width with 2 of their layers (every
   layer is the same code; tracing Large's 24 unrolled layers took 25 s of the suite)."""
-  module = importlib.import_module(f'configs.{name}')
-  config = config_lib.load(module.get_config(), vocab_size=30522)
+  config = config_lib.load(importlib.import_module(f'configs.{name}').get_config(), vocab_size=30522)
   params = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh)).abstract_state().params
   count = sum(math.prod(x.shape) for k in ('embeddings', 'discriminator') for x in jax.tree.leaves(params[k]))
   assert count == _disc_params(30522, *dims)
   assert abs(count / 1e6 - paper_millions) / paper_millions < 0.04
   layers = dims[2] if name == 'small' else 2
-  lowered_config = module.get_config()
-  lowered_config.model.num_layers = layers
-  config = config_lib.load(lowered_config, vocab_size=30522)
+  config = dataclasses.replace(config, model=dataclasses.replace(config.model, num_layers=layers))
   lowered = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh)).lower()
   state_info = lowered.args_info[0][0]  # (args, kwargs) -> the TrainState argument
   assert state_info.step.shape == () and state_info.step.donated

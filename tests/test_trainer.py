@@ -126,7 +126,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, corpus_file, ca
 
 
 def test_corrupt_checkpoint_is_a_clear_error_and_is_not_deleted(tmp_path, corpus_file, cache_dir):
-  config = tiny_config(corpus_file, cache_dir)  # the program test_resume_keeps_the_runs_own_tokenizer compiled
+  config = tiny_config(corpus_file, cache_dir)  # the file's 8-step program (compiled once, then a cache hit)
   trainer.train(config, tmp_path, stop_after=4)
   state_dir = tmp_path / 'checkpoints' / '4' / 'state'
   damaged = []
