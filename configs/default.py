@@ -58,6 +58,8 @@ def get_config():
   config.model.remat = m.remat  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
   # auto|einsum|fused (config.ATTENTIONS): auto fuses on GPUs if attention dropout is 0.
   config.model.attention = m.attention
+  # auto|uniform|bits16 (config.DROPOUT_DRAWS): how dropout masks are drawn; auto is bits16 (faster) on CPUs only.
+  config.model.dropout_draw = m.dropout_draw
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,

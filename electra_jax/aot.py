@@ -297,6 +297,7 @@ def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
   cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, platform)
   cfg.model.attention = config_lib.attention_implementation(cfg.model.attention, platform, cfg.model.dtype,
                                                             cfg.model.attention_dropout_rate)
+  cfg.model.dropout_draw = config_lib.dropout_draw(cfg.model.dropout_draw, platform)
   return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
 
 

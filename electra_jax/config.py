@@ -86,6 +86,21 @@ def attention_implementation(attention: str, platform: str, dtype: str, attentio
   return attention
 
 
+# model.dropout_draw: how a dropout mask is drawn. 'uniform': one random float per element (jax.random.bernoulli,
+#   as flax's nn.Dropout); 'bits16': 16 random bits per element, one 32-bit draw for two, half the threefry work
+#   (model.Dropout). 'auto': 'bits16' on a CPU, where threefry dropout is ~16% of the ELECTRA-Small step and this
+#   saves ~9% of it; 'uniform' elsewhere: the TPU compiler estimates Large's v3-64 step 17% slower with 'bits16'
+#   (BENCHMARKS.md). The masks differ between the two; either keeps the rows' keying (accumulation, resume, meshes).
+DROPOUT_DRAWS = ('auto', 'uniform', 'bits16')
+
+
+def dropout_draw(draw: str, platform: str) -> str:
+  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform' or 'bits16'."""
+  if draw != 'auto':
+    return draw
+  return 'bits16' if platform == 'cpu' else 'uniform'
+
+
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
@@ -116,6 +131,7 @@ class ModelConfig:
   remat: str = 'none'
   scan_layers: bool = False
   attention: str = 'auto'
+  dropout_draw: str = 'auto'  # resolved on construction (`dropout_draw`)
   tying: str = 'embeddings'
 
   def __post_init__(self):
@@ -138,6 +154,12 @@ class ModelConfig:
       raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
                         f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '
                         f'{self.attention_dropout_rate}')
+    if self.dropout_draw not in DROPOUT_DRAWS:
+      raise ConfigError(f'model.dropout_draw must be one of {", ".join(map(repr, DROPOUT_DRAWS))}, got '
+                        f'{self.dropout_draw!r}')
+    if self.dropout_draw == 'auto':
+      import jax  # pylint: disable=g-import-not-at-top
+      object.__setattr__(self, 'dropout_draw', dropout_draw(self.dropout_draw, jax.default_backend()))
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:

@@ -185,6 +185,15 @@ def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
   assert config_lib.load(default.get_config(), vocab_size=100).model.dtype == 'float32'
 
 
+def test_auto_dropout_draw_is_bits16_on_cpu_only():
+  """model.dropout_draw='auto': 16-bit masks where they are faster (CPU), uniform floats on TPUs and GPUs."""
+  assert [config_lib.dropout_draw('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['uniform', 'uniform', 'bits16']
+  assert config_lib.dropout_draw('uniform', 'cpu') == 'uniform'
+  assert config_lib.load(default.get_config(), vocab_size=100).model.dropout_draw == 'bits16'
+  with pytest.raises(config_lib.ConfigError, match='model.dropout_draw must be one of'):
+    config_lib.load(_values(model__dropout_draw='bits8'), vocab_size=100)
+
+
 @pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),
                                          ('finetune', finetune_config.FinetuneConfig)])
 def test_config_files_hold_the_dataclass_defaults(module, cls):

@@ -1,7 +1,10 @@
-"""The pre-training step with the official Gumbel-argmax sampler against ours (inverse CDF), in one process.
+"""The pre-training step against itself with one lever changed, in one process:
 
-  python bench/sampler_ab.py --config=configs/small.py --batch=32 --rounds=6 --steps=3
+  python bench/step_ab.py --lever=sampler --config=configs/small.py --batch=32 --rounds=6 --steps=3
+  python bench/step_ab.py --lever=dropout --config=configs/small.py --batch=32 --rounds=6 --steps=3
 
+--lever=sampler: the official Gumbel-argmax sampler against ours (inverse CDF). --lever=dropout: dropout masks
+from one uniform float per element against 16 random bits per element (model.dropout_draw uniform / bits16).
 Both steps are compiled first; then each round times `--steps` steps of one and then of the other, so a machine
 whose speed drifts (shared, throttled) slows both alike. Prints the median, mean and fastest step of each.
 """
@@ -25,7 +28,8 @@ import step_throughput
 # --config, --batch, --vocab and --steps (here: timed steps of each sampler per round) are step_throughput's flags.
 _CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
                                    step_throughput._VOCAB, step_throughput._STEPS)  # pylint: disable=protected-access
-_ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (Gumbel steps, inverse-CDF steps).')
+_ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps of one, steps of the other).')
+_LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout'], 'What the two steps differ in.')
 
 
 def gumbel_argmax(rng, logits, targets, config, progress=1.0):
@@ -38,11 +42,18 @@ def main(argv):
   del argv
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
-  c = config_lib.load(cfg, vocab_size=_VOCAB.value)
-  batch = step_throughput.random_batch(_BATCH.value, c.data.max_seq_length, _VOCAB.value)
   ours = objective.sample_replacements
+  if _LEVER.value == 'sampler':
+    c = config_lib.load(cfg, vocab_size=_VOCAB.value)
+    variants = (('gumbel-argmax', c, gumbel_argmax), ('inverse CDF', c, ours))
+  else:
+    variants = []
+    for draw in ('uniform', 'bits16'):
+      cfg.model.dropout_draw = draw
+      variants.append((draw, config_lib.load(cfg, vocab_size=_VOCAB.value), ours))
+  batch = step_throughput.random_batch(_BATCH.value, variants[0][1].data.max_seq_length, _VOCAB.value)
   runs = {}
-  for name, sampler in (('gumbel-argmax', gumbel_argmax), ('inverse CDF', ours)):
+  for name, c, sampler in variants:
     objective.sample_replacements = sampler  # read when the step is traced, in compile()
     run = Pretraining(c, step_throughput.SPECIAL, sharding.make_mesh(c.mesh))
     run.compile()
