@@ -80,8 +80,9 @@ class Dropout(nn.Module):
   any row drops.
 
   draw='uniform' compares one uniform float per element with the keep probability (jax.random.bernoulli).
-  draw='bits16' compares 16 random bits with round(rate * 2^16), so one 32-bit draw serves two elements: index i of
-  the second-to-last axis takes the low halves and index i + ceil(n / 2) the high halves of the same words. Half
+  draw='bits16' compares 16 random bits with round(rate * 2^16), so one 32-bit draw serves two elements: along the
+  second-to-last axis (of length m) index i takes the low halves and index i + ceil(m / 2) the high halves of the
+  same words. Half
   the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop probability is
   round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
   """
@@ -97,15 +98,15 @@ class Dropout(nn.Module):
   def keep(self, shape, rows):
     """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
-    *outer, n, last = (shape[0] // rows.shape[0],) + tuple(shape[1:])
-    threshold = jnp.uint32(round(self.rate * 2**16))
+    *outer, m, last = (shape[0] // rows.shape[0],) + tuple(shape[1:])
 
     def row(r):
       key_r = jax.random.fold_in(key, r)
       if self.draw == 'uniform':
-        return jax.random.bernoulli(key_r, 1.0 - self.rate, (*outer, n, last))
-      bits = jax.random.bits(key_r, (*outer, (n + 1) // 2, last), jnp.uint32)
-      return jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-2)[..., :n, :] >= threshold
+        return jax.random.bernoulli(key_r, 1.0 - self.rate, (*outer, m, last))
+      bits = jax.random.bits(key_r, (*outer, (m + 1) // 2, last), jnp.uint32)
+      halves = jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-2)[..., :m, :]
+      return halves >= jnp.uint32(round(self.rate * 2**16))
 
     return jax.vmap(row)(rows).reshape(shape)
 
