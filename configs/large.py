@@ -2,10 +2,10 @@
 
 Remat policy and accumulation chosen by compiling the step for a v3-64 (`python -m electra_jax.aot
 --topology=v3:4x8`, BENCHMARKS.md "Remat policies for ELECTRA-Large"): without remat its 32 sequences of 512 per
-core need about 30 GiB, more than a v3 core's 16. `dots_no_batch` keeps the dense projections' outputs and
-recomputes the attention core: 1.13x the model's FLOPs where full remat costs 1.42x (estimated 1.28 s per step
-against 1.41 s). Alone it peaks at 14.3 GiB per core; in 2 micro-batches of 16 rows, at 12.2 GiB (24% headroom;
-a v4-64 chip: 16.6 of 32 GiB). The GPU presets keep full remat, the setting their H100 compiles chose.
+core at once need about 30 GiB, more than a v3 core's 16. In 4 micro-batches of 8 rows per core nothing needs to
+be recomputed: 11.95 GiB per core (25% headroom; a v4-64 chip: 17.3 of 32 GiB), 1.06x the model's FLOPs, an
+estimated 1.09 s per step (53% MFU) against 1.28 s for `dots_no_batch` in 2 micro-batches and 1.41 s for full
+remat. The GPU presets keep full remat, the setting their H100 compiles chose.
 """
 
 from configs import default, gpu
@@ -23,8 +23,8 @@ def get_config(preset=''):
                       intermediate_size=4096, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 2e-4
   config.objective.mask_prob = 0.25
-  config.model.remat = 'dots_no_batch'  # TPU: keep the projections' outputs, recompute the rest. GPU presets: full.
-  config.grad_accum_steps = 2  # TPU: 16 sequences of 512 per v3-64 core at a time. GPU presets: at most 64 per GPU.
+  config.model.remat = 'none'  # TPU: recompute nothing. GPU presets: full.
+  config.grad_accum_steps = 4  # TPU: 8 sequences of 512 per v3-64 core at a time. GPU presets: at most 64 per GPU.
   # GPU preset (configs/gpu.py): full remat and at most 64 sequences of 512 per GPU (one 8-H100 node: 4
   # micro-batches, 44 GiB).
   return gpu.apply(config, preset, max_rows=64, remat='full')
