@@ -25,7 +25,7 @@ from electra_jax import config as config_lib, objective, sharding
 from electra_jax.train_step import Pretraining
 import step_throughput
 
-# --config, --batch, --vocab and --steps (here: timed steps of each sampler per round) are step_throughput's flags.
+# --config, --batch, --vocab and --steps (here: timed steps of each variant per round) are step_throughput's flags.
 _CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
                                    step_throughput._VOCAB, step_throughput._STEPS)  # pylint: disable=protected-access
 _ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps of one, steps of the other).')

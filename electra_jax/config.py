@@ -88,9 +88,10 @@ def attention_implementation(attention: str, platform: str, dtype: str, attentio
 
 # model.dropout_draw: how a dropout mask is drawn. 'uniform': one random float per element (jax.random.bernoulli,
 #   as flax's nn.Dropout); 'bits16': 16 random bits per element, one 32-bit draw for two, half the threefry work
-#   (model.Dropout). 'auto': 'bits16' on a CPU, where threefry dropout is ~16% of the ELECTRA-Small step and this
-#   saves ~9% of it; 'uniform' elsewhere: the TPU compiler estimates Large's v3-64 step 17% slower with 'bits16'
-#   (BENCHMARKS.md). The masks differ between the two; either keeps the rows' keying (accumulation, resume, meshes).
+#   (model.Dropout). 'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and
+#   bits16 makes the step ~8% faster; 'uniform' elsewhere: the TPU compiler estimates Large's v3-64 step 17% slower
+#   with 'bits16' (BENCHMARKS.md). The masks differ between the two; both key each row alike (gradient accumulation,
+#   resume and any mesh draw the same masks).
 DROPOUT_DRAWS = ('auto', 'uniform', 'bits16')
 
 

@@ -82,9 +82,8 @@ class Dropout(nn.Module):
   draw='uniform' compares one uniform float per element with the keep probability (jax.random.bernoulli).
   draw='bits16' compares 16 random bits with round(rate * 2^16), so one 32-bit draw serves two elements: along the
   second-to-last axis (of length m) index i takes the low halves and index i + ceil(m / 2) the high halves of the
-  same words. Half
-  the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop probability is
-  round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
+  same words. Half the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop
+  probability is round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
   """
   rate: float
   draw: str = 'uniform'

@@ -482,17 +482,19 @@ def test_dropout_only_when_not_deterministic(params):
   np.testing.assert_array_equal(on_a, disc(jax.random.PRNGKey(0), False))
 
 
-def test_bits16_dropout_rate_rows_and_odd_lengths():
-  """model.dropout_draw='bits16': each element keeps iff its 16 random bits are >= round(0.1 * 2^16) = 6554, a drop
-  probability of 6554 / 65536 = 0.1000061. A row's mask depends on its index alone (not on the rows beside it), and
-  an odd length (one 32-bit draw serves two positions) is cut to size."""
-  dropout = model_lib.Dropout(0.1, 'bits16')
+@pytest.mark.parametrize('draw, drop', [('uniform', 0.1), ('bits16', 6554 / 65536)])
+def test_dropout_rate_rows_and_odd_lengths(draw, drop):
+  """model.dropout_draw='uniform' drops with probability 0.1; 'bits16' keeps an element iff its 16 random bits are
+  >= round(0.1 * 2^16) = 6554, a drop probability of 6554 / 65536 = 0.1000061. Either way a row's mask depends on
+  its index alone (not on the rows beside it), and an odd length (bits16: one 32-bit draw serves two positions) is
+  cut to size."""
+  dropout = model_lib.Dropout(0.1, draw)
   keep = lambda shape, rows: dropout.apply({}, shape, jnp.asarray(rows), method='keep',
                                            rngs={'dropout': jax.random.PRNGKey(0)})
   mask = np.asarray(keep((64 * 127, 64), np.arange(64)))  # 64 rows of [127, 64]: 520,192 draws
   assert mask.shape == (64 * 127, 64) and mask.dtype == np.bool_
-  # Binomial standard deviation sqrt(n p (1 - p)) / n = 4.2e-4: the mean is within 5 of them of 0.1000061.
-  assert abs((1 - mask.mean()) - 6554 / 65536) < 5 * 4.2e-4
+  # Binomial standard deviation sqrt(n p (1 - p)) / n = 4.2e-4: the mean is within 5 of them of the drop probability.
+  assert abs((1 - mask.mean()) - drop) < 5 * 4.2e-4
   # Rows 5 and 9, asked for alone (a micro-batch), drop exactly what they drop in the whole batch.
   alone = np.asarray(keep((2 * 127, 64), [5, 9]))
   np.testing.assert_array_equal(alone[:127], mask[5 * 127:6 * 127])
