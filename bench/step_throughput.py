@@ -1,8 +1,8 @@
 """Throughput of the ELECTRA pre-training step: tokens/s, step time, model FLOPs utilisation (MFU).
 
-  python bench/step_throughput.py --config=configs/small.py --batch=32 --steps=10 [--vs-torch]
+  python bench/step_throughput.py --config=configs/small.py --batch=32 --steps=10 [--vs_torch]
 
---vs-torch times the same step done with Hugging Face's PyTorch ElectraForMaskedLM + ElectraForPreTraining
+--vs_torch times the same step done with Hugging Face's PyTorch ElectraForMaskedLM + ElectraForPreTraining
 (same sizes, same batch, tied embeddings, AdamW) in the same process and prints the ratio.
 --profile=N traces N more steps with jax.profiler and prints the XLA operations that took the most time, summed
 over the step (on CPU, run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that XLA:CPU records them).
