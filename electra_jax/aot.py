@@ -292,12 +292,9 @@ def format_report(r: Report, hw: Chip) -> str:
 
 def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
   """The TrainConfig as a TPU (or GPU) run of `cfg` would see it: the vocabulary of the tokenizer it would train,
-  and model.dtype='auto' resolved for that platform."""
+  and the model's platform-dependent keys (dtype, attention, dropout_draw) resolved for that platform."""
   cfg = cfg.copy_and_resolve_references()
-  cfg.model.dtype = config_lib.compute_dtype(cfg.model.dtype, platform)
-  cfg.model.attention = config_lib.attention_implementation(cfg.model.attention, platform, cfg.model.dtype,
-                                                            cfg.model.attention_dropout_rate)
-  cfg.model.dropout_draw = config_lib.dropout_draw(cfg.model.dropout_draw, platform)
+  cfg.model.update(config_lib.for_platform(cfg.model, platform))
   return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
 
 

@@ -102,6 +102,21 @@ def dropout_draw(draw: str, platform: str) -> str:
   return 'bits16' if platform == 'cpu' else 'uniform'
 
 
+def needs_platform(model) -> bool:
+  """Whether `model` (the model section of a config file, or a ModelConfig's fields) has a key `for_platform`
+  resolves."""
+  return model['dtype'] == 'auto' or model['attention'] in ('auto', 'fused') or model['dropout_draw'] == 'auto'
+
+
+def for_platform(model, platform: str) -> dict[str, str]:
+  """The model keys that depend on the platform ('cpu', 'gpu', 'tpu'), resolved as a run there resolves them:
+  {'dtype', 'attention', 'dropout_draw'}. `model`: the model section of a config file, or a ModelConfig's fields."""
+  dtype = compute_dtype(model['dtype'], platform)
+  return {'dtype': dtype,
+          'attention': attention_implementation(model['attention'], platform, dtype, model['attention_dropout_rate']),
+          'dropout_draw': dropout_draw(model['dropout_draw'], platform)}
+
+
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
 #   'embeddings': the token, position and type embeddings (and their LayerNorm), the default;
 #   'none': nothing (the generator has its own embeddings, and its MLM head reads its own word table);
@@ -138,29 +153,23 @@ class ModelConfig:
   def __post_init__(self):
     if self.dtype not in DTYPES:
       raise ConfigError(f'model.dtype must be one of {", ".join(map(repr, DTYPES))}, got {self.dtype!r}')
-    if self.dtype == 'auto':
-      import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
-      object.__setattr__(self, 'dtype', compute_dtype(self.dtype, jax.default_backend()))
     object.__setattr__(self, 'remat', REMAT_BOOLS.get(self.remat, self.remat))
     if self.remat not in REMATS:
       raise ConfigError(f'model.remat must be one of {", ".join(map(repr, REMATS))} (true is \'full\', false '
                         f'\'none\'), got {self.remat!r}')
     if self.attention not in ATTENTIONS:
       raise ConfigError(f'model.attention must be one of {", ".join(map(repr, ATTENTIONS))}, got {self.attention!r}')
-    if self.attention in ('auto', 'fused'):
-      import jax  # pylint: disable=g-import-not-at-top
-      object.__setattr__(self, 'attention', attention_implementation(
-          self.attention, jax.default_backend(), self.dtype, self.attention_dropout_rate))
+    if self.dropout_draw not in DROPOUT_DRAWS:
+      raise ConfigError(f'model.dropout_draw must be one of {", ".join(map(repr, DROPOUT_DRAWS))}, got '
+                        f'{self.dropout_draw!r}')
+    if needs_platform(vars(self)):  # only then: asking jax for its backend starts it (before jax.distributed: too soon)
+      import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
+      for key, value in for_platform(vars(self), jax.default_backend()).items():
+        object.__setattr__(self, key, value)
     if self.attention in ('cudnn', 'xla') and self.attention_dropout_rate > 0:
       raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
                         f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '
                         f'{self.attention_dropout_rate}')
-    if self.dropout_draw not in DROPOUT_DRAWS:
-      raise ConfigError(f'model.dropout_draw must be one of {", ".join(map(repr, DROPOUT_DRAWS))}, got '
-                        f'{self.dropout_draw!r}')
-    if self.dropout_draw == 'auto':
-      import jax  # pylint: disable=g-import-not-at-top
-      object.__setattr__(self, 'dropout_draw', dropout_draw(self.dropout_draw, jax.default_backend()))
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
     if self.tying not in TYINGS:

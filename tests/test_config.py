@@ -194,6 +194,21 @@ def test_auto_dropout_draw_is_bits16_on_cpu_only():
     config_lib.load(_values(model__dropout_draw='bits8'), vocab_size=100)
 
 
+def test_every_auto_key_resolved_for_a_platform_at_once():
+  """config.for_platform gives what a run on each platform makes of the default model section: bf16 and uniform
+  dropout masks on accelerators, the einsum attention while attention dropout is on (fused only on a GPU without it);
+  float32, einsum and 16-bit masks on a CPU."""
+  model = default.get_config().model
+  keys = lambda platform: tuple(config_lib.for_platform(model, platform)[k]
+                                for k in ('dtype', 'attention', 'dropout_draw'))
+  assert keys('tpu') == ('bfloat16', 'einsum', 'uniform')
+  assert keys('cpu') == ('float32', 'einsum', 'bits16')
+  model.attention_dropout_rate = 0.0
+  assert keys('gpu') == ('bfloat16', 'cudnn', 'uniform')
+  # On construction, for this CPU:
+  assert config_lib.load(default.get_config(), vocab_size=100).model.attention == 'einsum'
+
+
 @pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),
                                          ('finetune', finetune_config.FinetuneConfig)])
 def test_config_files_hold_the_dataclass_defaults(module, cls):
