@@ -86,7 +86,7 @@ class Dropout(nn.Module):
   probability is round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
   """
   rate: float
-  draw: str = 'uniform'
+  draw: str  # model.dropout_draw, resolved: 'uniform' or 'bits16'
 
   @nn.compact
   def __call__(self, x, rows, *, deterministic: bool):
