@@ -224,6 +224,35 @@ def test_finetune_budgets_stop_early_and_a_frozen_generator_from_the_experiment(
     compare.plan(config, str(workdir))
 
 
+def test_task_overrides_change_one_tasks_finetuning(tmp_path, grammar_corpus, cache_dir, monkeypatch, capsys):
+  config = tiny_config(grammar_corpus, cache_dir, 'keyword_dir')
+  config.tasks = ('keyword_dir', 'other_dir')
+  config.objectives = ('mlm',)
+  config.flops_budgets = (2.2 * compare.plan(config)[0].flops_per_step,)
+  config.task_overrides.keyword = {'epochs': 7.0, 'optimizer': {'learning_rate': 3e-4}}
+  seen = []
+  def record(c, workdir):
+    seen.append((os.path.relpath(workdir, tmp_path), c.epochs, c.optimizer.learning_rate))
+    return fake_finetune(c, workdir)
+  monkeypatch.setattr(compare.finetune, 'run', record)
+  monkeypatch.setattr(compare.tasks_lib, 'get_task', lambda task: type('Task', (), {'name': task[:-4]}))
+  compare.run(config, str(tmp_path / 'cmp'))
+  # keyword's recipe for the from-scratch baseline and the checkpoint alike; other keeps the shared one.
+  assert sorted(seen) == [('cmp/finetune/mlm/' + compare.budget_name(config.flops_budgets[0]) + '/keyword', 7.0,
+                           3e-4),
+                          ('cmp/finetune/mlm/' + compare.budget_name(config.flops_budgets[0]) + '/other', 1.0, 1e-3),
+                          ('cmp/scratch/keyword', 7.0, 3e-4), ('cmp/scratch/other', 1.0, 1e-3)]
+  # compare_cpu's polarity entry names no task here: said, not an error.
+  assert "task_overrides.polarity: no task is named 'polarity' (keyword, other); not used" in capsys.readouterr().err
+
+  # A key the fine-tuning config lacks fails before any pre-training.
+  config.task_overrides.keyword.optimizer.learnig_rate = 1.0
+  monkeypatch.setattr(compare.trainer, 'train', lambda *args, **kwargs: pytest.fail('pre-trained'))
+  with pytest.raises(ConfigError, match=r"task_overrides.keyword.optimizer.learnig_rate: the fine-tuning config has "
+                                        r"no key 'learnig_rate' \(see configs/finetune.py\)"):
+    compare.run(config, str(tmp_path / 'new'))
+
+
 def results_fixture(workdir, runs: dict, seeds=2, scratch=0.5):
   """A compare results.json in `workdir`: runs {name: {budget: score}} on one task 'keyword'."""
   cell = lambda x: {'metric': 'dev/accuracy', 'seeds': list(range(seeds)), 'scores': [x] * seeds, 'median': x}

@@ -18,6 +18,9 @@ Outputs under WORKDIR:
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
 
+`task_overrides` changes the fine-tuning settings of one task (by its name, e.g. 'polarity'), for every
+initialisation and the from-scratch baseline alike.
+
 `finetune_budgets` (a subset of flops_budgets; empty: all) fine-tunes only those budgets, and each pre-training
 stops at the largest of them: its schedule is still the largest flops_budget's, so a later command with more
 budgets resumes the same run where it stopped. A run whose objective.generator_checkpoint (electra_frozen) starts
@@ -72,15 +75,16 @@ def budget_name(budget: float) -> str:
   return f'{budget:.3g}'.replace('+', '')
 
 
-def _override(config: ml_collections.ConfigDict, overrides, where: str):
-  """Sets `overrides` (nested) into `config`, refusing keys `config` does not have."""
+def _override(config: ml_collections.ConfigDict, overrides, where: str, kind: str = 'pre-training',
+              defaults: str = 'configs/default.py'):
+  """Sets `overrides` (nested) into `config` (a `kind` config, its keys in `defaults`), refusing keys it lacks."""
   for key, value in overrides.items():
     if key not in config:
-      raise ConfigError(f'{where}.{key}: the pre-training config has no key {key!r} (see configs/default.py)')
+      raise ConfigError(f'{where}.{key}: the {kind} config has no key {key!r} (see {defaults})')
     if isinstance(value, (dict, ml_collections.ConfigDict)):
       if not isinstance(config[key], ml_collections.ConfigDict):
-        raise ConfigError(f'{where}.{key} is a section, but {key!r} is a single value in the pre-training config')
-      _override(config[key], value, f'{where}.{key}')
+        raise ConfigError(f'{where}.{key} is a section, but {key!r} is a single value in the {kind} config')
+      _override(config[key], value, f'{where}.{key}', kind, defaults)
     else:
       try:
         config[key] = value
@@ -241,9 +245,11 @@ def _saved_steps(workdir: str) -> set[int]:
   return steps
 
 
-def finetune_config(config, task: str, init_checkpoint: str = '', init_step: int = 0):
-  """The fine-tuning config of one (checkpoint, task); no checkpoint: `pretrain`'s model from scratch."""
+def finetune_config(config, name: str, task: str, init_checkpoint: str = '', init_step: int = 0):
+  """The fine-tuning config of one (checkpoint, task named `name`): `finetune` with the task's
+  `task_overrides[name]`; no checkpoint: `pretrain`'s model from scratch."""
   c = ml_collections.ConfigDict(config.finetune.to_dict())
+  _override(c, config.task_overrides.get(name, {}), f'task_overrides.{name}', 'fine-tuning', 'configs/finetune.py')
   c.task, c.seeds = task, config.seeds
   c.init_checkpoint, c.init_step = init_checkpoint, init_step
   if not init_checkpoint:
@@ -277,6 +283,10 @@ def run(config, workdir: str) -> dict:
     if name in task_names:
       raise ConfigError(f'tasks {task_names[name]!r} and {task!r} have the same name {name!r}')
     task_names[name] = task
+  for name in sorted(set(config.task_overrides) - set(task_names)):  # e.g. polarity's, with other --config.tasks
+    print(f'task_overrides.{name}: no task is named {name!r} ({", ".join(task_names)}); not used', file=sys.stderr)
+  for name, task in task_names.items():  # a wrong key fails now, not after hours of pre-training
+    finetune_config(config, name, task)
   for p in plans:
     pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
 
@@ -290,12 +300,13 @@ def run(config, workdir: str) -> dict:
     if p.generator_train_flops:
       results['objectives'][p.name]['generator_train_flops'] = p.generator_train_flops
   for name, task in task_names.items():
-    results['scratch'][name] = finetune_once(finetune_config(config, task), os.fspath(workdir / 'scratch' / name))
+    results['scratch'][name] = finetune_once(finetune_config(config, name, task),
+                                             os.fspath(workdir / 'scratch' / name))
     write_results(results, workdir)
   for p in plans:
     for entry in results['objectives'][p.name]['budgets']:
       for name, task in task_names.items():
-        c = finetune_config(config, task, os.fspath(workdir / 'pretrain' / p.name), entry['steps'])
+        c = finetune_config(config, name, task, os.fspath(workdir / 'pretrain' / p.name), entry['steps'])
         entry['tasks'][name] = finetune_once(
             c, os.fspath(workdir / 'finetune' / p.name / budget_name(entry['budget']) / name))
         write_results(results, workdir)
