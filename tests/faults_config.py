@@ -13,7 +13,7 @@ def get_config():
   config.log_every = 1
   config.checkpoint_every = 1  # a write in progress most of the time: where a kill should land
   config.data.update(vocab_size=64, max_seq_length=32)
-  config.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+  config.model.update(embedding_size=16, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                       generator_hidden_fraction=0.5, max_position_embeddings=64)
   config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
   config.mesh.shape = (1, 1, 1)

@@ -16,7 +16,7 @@ from electra_jax.checkpoint import Checkpointer
 from electra_jax.model import Electra
 from electra_jax.train_step import TrainState
 
-MODEL = dict(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+MODEL = dict(embedding_size=16, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
              generator_hidden_fraction=0.5, max_position_embeddings=24)
 
 

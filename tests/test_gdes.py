@@ -16,7 +16,7 @@ from electra_jax.config import ConfigError, ModelConfig, ObjectiveConfig
 from electra_jax.finetune import train as finetune_train
 from electra_jax.model import Electra, fold_embeddings_delta
 
-SMALL = dict(vocab_size=40, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+SMALL = dict(vocab_size=40, embedding_size=16, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
              generator_hidden_fraction=0.5, max_position_embeddings=16)
 SPECIAL = masking.SpecialIds(pad=0, cls=2, sep=3, mask=4)
 

@@ -29,7 +29,7 @@ def _config(mesh_shape=(-1, 1, 1), **overrides):
   """The test model's config, with `section__key=value` overrides. Dropout off: its random bits double the step's
   compile on CPU; the dropout of a step is test_gradient_accumulation_equals_one_batch_for_every_objective's."""
   cfg = default.get_config()
-  cfg.model.update(embedding_size=16, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+  cfg.model.update(embedding_size=16, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                    generator_hidden_fraction=0.5, max_position_embeddings=32, dropout_rate=0.0,
                    attention_dropout_rate=0.0)
   cfg.data.max_seq_length = L

@@ -103,7 +103,8 @@ def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):
 
 def test_scanned_layers_train_and_load_unrolled(tmp_path, corpus_file, cache_dir):
   """A model.scan_layers run trains; load_params (fine-tuning, convert, detect) gets one subtree per layer."""
-  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2, **{'model.scan_layers': True})
+  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2,
+                       **{'model.scan_layers': True, 'model.num_layers': 2})
   assert math.isfinite(trainer.train(config, tmp_path)['loss'])
   loaded, params = checkpoint.load_params(str(tmp_path))
   assert not loaded.model.scan_layers
