@@ -236,6 +236,7 @@ def test_task_overrides_change_one_tasks_finetuning(tmp_path, grammar_corpus, ca
     return fake_finetune(c, workdir)
   monkeypatch.setattr(compare.finetune, 'run', record)
   monkeypatch.setattr(compare.tasks_lib, 'get_task', lambda task: type('Task', (), {'name': task[:-4]}))
+  monkeypatch.setattr(compare, 'pretrain', lambda *args: None)  # the recipes are the subject, not the checkpoints
   compare.run(config, str(tmp_path / 'cmp'))
   # keyword's recipe for the from-scratch baseline and the checkpoint alike; other keeps the shared one.
   assert sorted(seen) == [('cmp/finetune/mlm/' + compare.budget_name(config.flops_budgets[0]) + '/keyword', 7.0,
@@ -247,7 +248,7 @@ def test_task_overrides_change_one_tasks_finetuning(tmp_path, grammar_corpus, ca
 
   # A key the fine-tuning config lacks fails before any pre-training.
   config.task_overrides.keyword.optimizer.learnig_rate = 1.0
-  monkeypatch.setattr(compare.trainer, 'train', lambda *args, **kwargs: pytest.fail('pre-trained'))
+  monkeypatch.setattr(compare, 'pretrain', lambda *args: pytest.fail('pre-trained'))
   with pytest.raises(ConfigError, match=r"task_overrides.keyword.optimizer.learnig_rate: the fine-tuning config has "
                                         r"no key 'learnig_rate' \(see configs/finetune.py\)"):
     compare.run(config, str(tmp_path / 'new'))
