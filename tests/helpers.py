@@ -202,8 +202,9 @@ WORDPIECE_VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + (
 HF_SIZES = {'E!=H': (32, 64, 32, 1), 'E==H': (64, 64, 32, 2)}
 
 
-def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0):
-  """A random tiny ElectraForPreTraining / ElectraForMaskedLM pair sharing its embeddings, in eval mode.
+def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0, layers=2):
+  """A random tiny ElectraForPreTraining (`layers` deep) / ElectraForMaskedLM pair sharing its embeddings, in eval
+  mode.
 
   Every weight is perturbed so that LayerNorm scales, biases and the LM bias are not the constants 1 and 0
   (a swapped or missing mapping then changes the logits). Needs torch and transformers (the test extra).
@@ -214,7 +215,7 @@ def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0):
   common = dict(vocab_size=len(WORDPIECE_VOCAB), embedding_size=embedding_size, max_position_embeddings=32,
                 type_vocab_size=2, hidden_act='gelu', initializer_range=0.1)
   disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(
-      hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, **common))
+      hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=96, **common))
   gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
       hidden_size=gen_hidden, num_hidden_layers=gen_layers, num_attention_heads=max(1, gen_hidden // 64),
       intermediate_size=4 * gen_hidden, **common))

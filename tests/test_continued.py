@@ -168,7 +168,7 @@ def _check_continued(source, workdir, corpus):
 
 
 def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, capsys):
-  disc, gen = helpers.hf_models(*helpers.HF_SIZES['E!=H'])
+  disc, gen = helpers.hf_models(*helpers.HF_SIZES['E!=H'], layers=1)  # the layer mapping is test_convert's
   disc_dir, gen_dir = helpers.save_hf(tmp_path, disc, gen)
   imported = str(tmp_path / 'import')
   convert.main(['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', imported])
@@ -187,7 +187,8 @@ def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, c
 
 
 def test_continue_official_untied_tf_import_then_finetune(tmp_path, cache_dir, monkeypatch):
-  model = ModelConfig(**dict(TF_MODEL, tying='none'))
+  # One layer: the layouts' layer mapping is test_every_official_layout_imports'; here each compile is the cost.
+  model = ModelConfig(**dict(TF_MODEL, tying='none', num_layers=1))
   prefix = _official_run(tmp_path, tf_variables(model, seed=1), monkeypatch)
   imported = str(tmp_path / 'import')
   convert.main(['--from-tf', prefix, '--out', imported])
