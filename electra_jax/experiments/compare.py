@@ -245,11 +245,15 @@ def _saved_steps(workdir: str) -> set[int]:
   return steps
 
 
+def _task_overrides(config) -> dict:
+  return config.get('task_overrides') or {}  # a config file written before task_overrides has none
+
+
 def finetune_config(config, name: str, task: str, init_checkpoint: str = '', init_step: int = 0):
   """The fine-tuning config of one (checkpoint, task named `name`): `finetune` with the task's
   `task_overrides[name]`; no checkpoint: `pretrain`'s model from scratch."""
   c = ml_collections.ConfigDict(config.finetune.to_dict())
-  _override(c, config.task_overrides.get(name, {}), f'task_overrides.{name}', 'fine-tuning', 'configs/finetune.py')
+  _override(c, _task_overrides(config).get(name, {}), f'task_overrides.{name}', 'fine-tuning', 'configs/finetune.py')
   c.task, c.seeds = task, config.seeds
   c.init_checkpoint, c.init_step = init_checkpoint, init_step
   if not init_checkpoint:
@@ -283,7 +287,7 @@ def run(config, workdir: str) -> dict:
     if name in task_names:
       raise ConfigError(f'tasks {task_names[name]!r} and {task!r} have the same name {name!r}')
     task_names[name] = task
-  for name in sorted(set(config.task_overrides) - set(task_names)):  # e.g. polarity's, with other --config.tasks
+  for name in sorted(set(_task_overrides(config)) - set(task_names)):  # e.g. polarity's, with other --config.tasks
     print(f'task_overrides.{name}: no task is named {name!r} ({", ".join(task_names)}); not used', file=sys.stderr)
   for name, task in task_names.items():  # a wrong key fails now, not after hours of pre-training
     finetune_config(config, name, task)
