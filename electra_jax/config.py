@@ -102,12 +102,6 @@ def dropout_draw(draw: str, platform: str) -> str:
   return 'bits16' if platform == 'cpu' else 'uniform'
 
 
-def needs_platform(model) -> bool:
-  """Whether `model` (the model section of a config file, or a ModelConfig's fields) has a key `for_platform`
-  resolves."""
-  return model['dtype'] == 'auto' or model['attention'] in ('auto', 'fused') or model['dropout_draw'] == 'auto'
-
-
 def for_platform(model, platform: str) -> dict[str, str]:
   """The model keys that depend on the platform ('cpu', 'gpu', 'tpu'), resolved as a run there resolves them:
   {'dtype', 'attention', 'dropout_draw'}. `model`: the model section of a config file, or a ModelConfig's fields."""
@@ -115,6 +109,16 @@ def for_platform(model, platform: str) -> dict[str, str]:
   return {'dtype': dtype,
           'attention': attention_implementation(model['attention'], platform, dtype, model['attention_dropout_rate']),
           'dropout_draw': dropout_draw(model['dropout_draw'], platform)}
+
+
+def for_this_platform(model) -> dict[str, str]:
+  """`for_platform` for the platform this process runs on. jax's backend is asked (which starts it: before
+  jax.distributed.initialize is too soon) only when the platforms resolve `model` differently."""
+  resolved = [for_platform(model, platform) for platform in ('cpu', 'gpu', 'tpu')]
+  if all(r == resolved[0] for r in resolved):
+    return resolved[0]
+  import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
+  return for_platform(model, jax.default_backend())
 
 
 # model.tying: what the generator shares with the discriminator (paper section 3.2, "Weight sharing").
@@ -162,10 +166,8 @@ class ModelConfig:
     if self.dropout_draw not in DROPOUT_DRAWS:
       raise ConfigError(f'model.dropout_draw must be one of {", ".join(map(repr, DROPOUT_DRAWS))}, got '
                         f'{self.dropout_draw!r}')
-    if needs_platform(vars(self)):  # only then: asking jax for its backend starts it (before jax.distributed: too soon)
-      import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
-      for key, value in for_platform(vars(self), jax.default_backend()).items():
-        object.__setattr__(self, key, value)
+    for key, value in for_this_platform(vars(self)).items():
+      object.__setattr__(self, key, value)
     if self.attention in ('cudnn', 'xla') and self.attention_dropout_rate > 0:
       raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
                         f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '

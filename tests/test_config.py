@@ -205,8 +205,11 @@ def test_every_auto_key_resolved_for_a_platform_at_once():
   assert keys('cpu') == ('float32', 'einsum', 'bits16')
   model.attention_dropout_rate = 0.0
   assert keys('gpu') == ('bfloat16', 'cudnn', 'uniform')
-  # On construction, for this CPU:
-  assert config_lib.load(default.get_config(), vocab_size=100).model.attention == 'einsum'
+  # On construction, for this CPU (jax asked: the platforms differ); with every key given, no platform matters.
+  built = config_lib.load(default.get_config(), vocab_size=100).model
+  assert (built.dtype, built.attention, built.dropout_draw) == ('float32', 'einsum', 'bits16')
+  given = {'dtype': 'bfloat16', 'attention': 'einsum', 'dropout_draw': 'uniform', 'attention_dropout_rate': 0.1}
+  assert config_lib.for_this_platform(given) == {k: given[k] for k in ('dtype', 'attention', 'dropout_draw')}
 
 
 @pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),
