@@ -235,13 +235,14 @@ def test_task_overrides_change_one_tasks_finetuning(tmp_path, grammar_corpus, ca
     seen.append((os.path.relpath(workdir, tmp_path), c.epochs, c.optimizer.learning_rate))
     return fake_finetune(c, workdir)
   monkeypatch.setattr(compare.finetune, 'run', record)
+  # Task 'keyword_dir' is named 'keyword', 'other_dir' 'other'.
   monkeypatch.setattr(compare.tasks_lib, 'get_task', lambda task: type('Task', (), {'name': task[:-4]}))
   monkeypatch.setattr(compare, 'pretrain', lambda *args: None)  # the recipes are the subject, not the checkpoints
   compare.run(config, str(tmp_path / 'cmp'))
-  # keyword's recipe for the from-scratch baseline and the checkpoint alike; other keeps the shared one.
-  assert sorted(seen) == [('cmp/finetune/mlm/' + compare.budget_name(config.flops_budgets[0]) + '/keyword', 7.0,
-                           3e-4),
-                          ('cmp/finetune/mlm/' + compare.budget_name(config.flops_budgets[0]) + '/other', 1.0, 1e-3),
+  # keyword's recipe for the from-scratch baseline and the checkpoint alike; other keeps tiny_config's (1 epoch)
+  # and compare_cpu's lr 1e-3.
+  budget = f'cmp/finetune/mlm/{compare.budget_name(config.flops_budgets[0])}'
+  assert sorted(seen) == [(f'{budget}/keyword', 7.0, 3e-4), (f'{budget}/other', 1.0, 1e-3),
                           ('cmp/scratch/keyword', 7.0, 3e-4), ('cmp/scratch/other', 1.0, 1e-3)]
   # compare_cpu's polarity entry names no task here: said, not an error.
   assert "task_overrides.polarity: no task is named 'polarity' (keyword, other); not used" in capsys.readouterr().err
