@@ -145,7 +145,10 @@ def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfi
 
 @dataclasses.dataclass
 class Pretraining:
-  """Everything static about a run: model, optimiser, mesh, shardings and the compiled step."""
+  """Everything static about a run: model, optimiser, mesh, shardings and the compiled step.
+
+  A pure function of (config, special, mesh) (and, for electra_frozen, of the generator run's config.json, fixed
+  once that run has written it): `cached` shares one per process between runs of the same config."""
   config: TrainConfig
   special: masking.SpecialIds
   mesh: jax.sharding.Mesh
@@ -155,7 +158,9 @@ class Pretraining:
   state_shardings: Any = dataclasses.field(init=False)
   _abstract_state: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
+  _init: Any = dataclasses.field(init=False)  # the initialiser, jitted once
   _batch_checked: bool = dataclasses.field(init=False, default=False)
+  _compiled: Any = dataclasses.field(init=False, default=None)  # the train step, once `compile` has run
 
   def __post_init__(self):
     c = self.config
@@ -169,6 +174,7 @@ class Pretraining:
                              config=c.objective, special=self.special, train_steps=c.train_steps,
                              grad_accum_steps=c.grad_accum_steps)
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
+    self._init = scaffold.init_fn(self._init_boxed, self.state_shardings)
 
   def check_batch(self):
     """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.
@@ -182,15 +188,16 @@ class Pretraining:
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
     self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules):
-      return self._step(state, batch, rng)
+      return (self._compiled or self._step)(state, batch, rng)
 
   def compile(self):
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
     this first times its steps without the compile. `step_fn` then runs this executable, which takes its inputs
     where it was compiled for: the rng replicated (`jax.device_put(rng, sharding.replicated(mesh))`). Returns the
-    executable (its `as_text()`, `memory_analysis()`)."""
-    self._step = self.lower().compile()
-    return self._step
+    executable (its `as_text()`, `memory_analysis()`); compiled once, a second call returns the same."""
+    if self._compiled is None:
+      self._compiled = self.lower().compile()
+    return self._compiled
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""
@@ -202,7 +209,7 @@ class Pretraining:
 
   def init_state(self, rng) -> TrainState:
     """Initialises the state directly into its shardings (no full copy on one host)."""
-    return scaffold.init_fn(self._init_boxed, self.state_shardings)(jax.random.key_data(rng))
+    return self._init(jax.random.key_data(rng))
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
@@ -221,3 +228,11 @@ class Pretraining:
     self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules):
       return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())
+
+
+@functools.lru_cache(maxsize=8)
+def cached(config: TrainConfig, special: masking.SpecialIds, mesh: jax.sharding.Mesh) -> Pretraining:
+  """The Pretraining of (config, special, mesh), built once per process: a resumed run, or the next budget of a
+  comparison (electra_jax.experiments.compare), reuses its traced and compiled train step and initialiser instead
+  of tracing, lowering and loading them again (seconds each on a CPU, more for a large model)."""
+  return Pretraining(config, special, mesh)

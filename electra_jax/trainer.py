@@ -15,11 +15,11 @@ import jax
 
 from electra_jax import config as config_lib
 from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
-                         report, scaffold, sharding)
+                         report, scaffold, sharding, train_step)
 from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.train_step import Pretraining
+
 
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
@@ -87,7 +87,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
   mesh = sharding.make_mesh(c.mesh)
-  run = Pretraining(c, tokenizer.special, mesh)
+  run = train_step.cached(c, tokenizer.special, mesh)
   run.check_batch()  # before anything is written; the compile and the step do not check again
   examples = data.load_examples(data_config, tokenizer, seed=c.seed, process_index=jax.process_index(),
                                 process_count=jax.process_count())

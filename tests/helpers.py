@@ -181,6 +181,23 @@ def sigterm_at_step(step: int):
     yield
 
 
+@contextlib.contextmanager
+def traced_functions():
+  """The names of the functions jax traces inside the block (a list, filled as they are traced)."""
+  names = []
+
+  def listen(event, duration, **kwargs):
+    del duration
+    if event == '/jax/core/compile/jaxpr_trace_duration':
+      names.append(kwargs['fun_name'])
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield names
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
 def random_params(model_config, seed=0):
   """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
   rng = np.random.default_rng(seed)

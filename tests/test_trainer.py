@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from electra_jax import checkpoint, config as config_lib, data, trainer
-from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
+from helpers import REPO, final_params, read_metrics, sigterm_at_step, traced_functions  # pylint: disable=g-bad-import-order
 from helpers import tiny_pretraining_config as tiny_config
 
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
@@ -48,12 +48,20 @@ def one_go(tmp_path_factory, corpus_file, cache_dir):
   return workdir
 
 
+def _traced_last(x):
+  return x
+
+
 def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
   config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   trainer.train(config, tmp_path, stop_after=5)  # stops after step 5, past the step-4 checkpoint
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '5']
-  trainer.train(config, tmp_path)
+  with traced_functions() as traced:
+    trainer.train(config, tmp_path)
+    jax.jit(_traced_last).trace(0)
   assert_same_run(config, one_go, tmp_path)
+  # The same config in the same process: its train step and initialiser are reused, nothing is traced again.
+  assert traced == ['_traced_last'], traced
 
 
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
