@@ -292,8 +292,8 @@ def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
                           check=False)
   assert result.returncode == 0 and '| electra_gdes |' in result.stderr
   assert (tmp_path / 'cli' / 'results.md').read_text() == table
-  result = subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', 'merge', str(tmp_path),
-                           f'--output={tmp_path / "cli2"}'], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False)
-  assert result.returncode == 1
-  assert result.stderr == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exited:  # the same command in this process (the first ran its __main__)
+    compare.merge_main([str(tmp_path), f'--output={tmp_path / "cli2"}'])
+  assert exited.value.code == 1
+  assert capsys.readouterr().err == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'

@@ -10,10 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from electra_jax import config as config_lib, data, evaluation, sharding, trainer
+from electra_jax import config as config_lib, data, evaluation, sharding, train_step, trainer
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import split as split_lib
-from electra_jax.train_step import Pretraining
 from helpers import WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.usefixtures('compile_once')
@@ -154,7 +153,7 @@ def test_eval_metrics_every_eval_every_on_the_same_batches(tmp_path, corpus_file
   # The final state, evaluated twice more from its checkpoint: the same numbers as the run logged at step 6.
   c = config_lib.load(config, vocab_size=64)
   tokenizer = data.load_tokenizer(c.data)
-  run = Pretraining(c, tokenizer.special, sharding.make_mesh(c.mesh))
+  run = train_step.cached(c, tokenizer.special, sharding.make_mesh(c.mesh))
   checkpointer = Checkpointer(tmp_path)
   _, state, _ = checkpointer.restore_latest(run.abstract_state())
   checkpointer.close()

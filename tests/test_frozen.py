@@ -11,10 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, data, flops, frozen, sharding, trainer
+from electra_jax import checkpoint, data, flops, frozen, sharding, train_step, trainer
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
-from electra_jax.train_step import Pretraining
 from helpers import tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = [pytest.mark.usefixtures('compile_once'), pytest.mark.slow]
@@ -44,7 +43,7 @@ def read_metrics(workdir):
 def all_params(workdir, step=None):
   """Every parameter of a run's checkpoint, the frozen generator's included (load_params reads the rest)."""
   c = checkpoint.load_config(workdir)
-  run = Pretraining(c, data.tokenizer.load(workdir).special, sharding.make_mesh(c.mesh))
+  run = train_step.cached(c, data.tokenizer.load(workdir).special, sharding.make_mesh(c.mesh))
   ckpt = checkpoint.Checkpointer(workdir)
   try:
     return jax.device_get(ckpt.restore_params(step or ckpt.latest_step(), run.abstract_state().params))
