@@ -232,7 +232,7 @@ class Pretraining:
 
 @functools.lru_cache(maxsize=8)
 def cached(config: TrainConfig, special: masking.SpecialIds, mesh: jax.sharding.Mesh) -> Pretraining:
-  """The Pretraining of (config, special, mesh), built once per process: a resumed run, or the next budget of a
-  comparison (electra_jax.experiments.compare), reuses its traced and compiled train step and initialiser instead
-  of tracing, lowering and loading them again (seconds each on a CPU, more for a large model)."""
+  """The Pretraining of (config, special, mesh), built once per process: a second `trainer.train` of the same
+  config in one process (a run resumed there, as the tests do; a notebook) reuses its traced and compiled train
+  step and initialiser instead of tracing, lowering and loading them again (seconds each on a CPU)."""
   return Pretraining(config, special, mesh)
