@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from electra_jax import checkpoint, config as config_lib, data, trainer
-from helpers import REPO, final_params, read_metrics, sigterm_at_step, traced_functions  # pylint: disable=g-bad-import-order
-from helpers import tiny_pretraining_config as tiny_config
+from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
+from helpers import tiny_pretraining_config as tiny_config, traced_functions
 
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('compile_once')]
@@ -48,7 +48,7 @@ def one_go(tmp_path_factory, corpus_file, cache_dir):
   return workdir
 
 
-def _traced_last(x):
+def _traced_last(x):  # traced last in test_resume_equals_uninterrupted: the listener is seen to work
   return x
 
 
