@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from electra_jax import config as config_lib
@@ -194,7 +195,7 @@ def test_auto_dropout_draw_is_bits16_on_cpu_only():
     config_lib.load(_values(model__dropout_draw='bits8'), vocab_size=100)
 
 
-def test_every_auto_key_resolved_for_a_platform_at_once():
+def test_every_auto_key_resolved_for_a_platform_at_once(monkeypatch):
   """config.for_platform gives what a run on each platform makes of the default model section: bf16 and uniform
   dropout masks on accelerators, the einsum attention while attention dropout is on (fused only on a GPU without it);
   float32, einsum and 16-bit masks on a CPU."""
@@ -205,11 +206,16 @@ def test_every_auto_key_resolved_for_a_platform_at_once():
   assert keys('cpu') == ('float32', 'einsum', 'bits16')
   model.attention_dropout_rate = 0.0
   assert keys('gpu') == ('bfloat16', 'cudnn', 'uniform')
-  # On construction, for this CPU (jax asked: the platforms differ); with every key given, no platform matters.
+  # On construction, for this CPU:
   built = config_lib.load(default.get_config(), vocab_size=100).model
   assert (built.dtype, built.attention, built.dropout_draw) == ('float32', 'einsum', 'bits16')
+  # for_this_platform asks jax's backend (which starts it) only when the platforms resolve the model differently.
+  asked = []
+  monkeypatch.setattr(jax, 'default_backend', lambda: asked.append(1) or 'gpu')
+  assert tuple(config_lib.for_this_platform(model).values()) == ('bfloat16', 'cudnn', 'uniform') and asked == [1]
   given = {'dtype': 'bfloat16', 'attention': 'einsum', 'dropout_draw': 'uniform', 'attention_dropout_rate': 0.1}
   assert config_lib.for_this_platform(given) == {k: given[k] for k in ('dtype', 'attention', 'dropout_draw')}
+  assert asked == [1]
 
 
 @pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),
