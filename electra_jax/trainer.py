@@ -20,7 +20,6 @@ from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 
-
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
