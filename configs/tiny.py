@@ -12,8 +12,8 @@ Chosen by measurement on a 2-core CPU (BENCHMARKS.md, "tiny config"):
   baseline, recall 0.15 by step 300). Flatter samples are easier to spot; Fast-ELECTRA (Dong et al., 2023) uses
   the same knob as a curriculum. `--config.objective.temperature=1` gives the paper's setting;
 - no dropout (a short run on a small corpus does not overfit), sequences of 64 tokens (twice the steps per
-  second of 128), vocabulary 4000, 50 warm-up steps, 1000 steps (measured: 5 min 1 s in all on 2 idle cores on
-  2026-11-26, tokenizer training, compilation and the four held-out evaluations included; README);
+  second of 128), vocabulary 4000, 50 warm-up steps, 1000 steps (about 5 minutes in all on 2 idle cores, tokenizer
+  training, compilation and the four held-out evaluations included: the README's measurement);
 - held-out evaluation every 250 steps on 8 batches of the 3% of chapters kept out of training.
 See the README for what the metrics show.
 """
