@@ -52,6 +52,7 @@ def test_lean_backward_keeps_one_bf16_copy_of_the_probabilities():
   assert sorted(str(x.dtype) for x in scores_sized) == ['bfloat16', 'bool']
 
 
+@pytest.mark.slow
 def test_bfloat16_model_drops_what_the_float32_model_drops():
   """Same dropout key, same masks: the bf16 discriminator (lean core) follows the float32 one (einsum core)."""
   ids, segments, mask, _ = _inputs()
@@ -77,6 +78,7 @@ def _discriminator_grads(dtype, remat):
   return jax.jit(jax.grad(loss))(_random_params(CONFIG))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('policy', ['full', 'dots', 'dots_no_batch', 'outputs'])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_remat_policies_do_not_change_the_gradients(policy, dtype):
@@ -99,6 +101,7 @@ def test_unknown_remat_policy_names_the_policies():
     config_lib.ModelConfig(remat='dot')
 
 
+@pytest.mark.slow
 def test_fused_attention_equals_the_einsum_path_without_attention_dropout():
   """model.attention='fused' (jax.nn.dot_product_attention; XLA's on a CPU, cuDNN's on a GPU) is the same math."""
   ids, segments, mask, _ = _inputs(lengths=(16, 9))  # with padding: the bias must mask it the same way

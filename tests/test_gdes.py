@@ -40,6 +40,7 @@ def init(tying, seed=0):
   return config, jax.tree.map(np.asarray, nn.meta.unbox(params))
 
 
+@pytest.mark.slow
 def test_delta_starts_at_zero_and_step_0_is_tying_embeddings():
   gdes_config, gdes = init('gdes')
   config, tied = init('embeddings')

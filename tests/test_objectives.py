@@ -82,6 +82,7 @@ def test_electra_15_discriminator_loss_on_selected_positions_only():
   assert m['replaced_fraction'] == (3.0, 5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('gen_weight', [1.0, 2.0])
 def test_replace_mlm(gen_weight):
   # The discriminator-sized MLM sees the corrupted input and puts 1/2 on the token shown: CE = log 2 at the two

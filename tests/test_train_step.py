@@ -143,6 +143,7 @@ def test_loss_goes_down_on_a_fixed_batch(run, batch, initial):
   assert np.all(np.isfinite(losses))
 
 
+@pytest.mark.slow
 def test_step_is_pure(run, batch, initial):
   a, metrics_a = run.step_fn(_fresh(run, initial), batch, _rng(1))
   b, metrics_b = run.step_fn(_fresh(run, initial), batch, _rng(1))
