@@ -23,6 +23,7 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
+from electra_jax import compile_cache
 from helpers import CACHE_OPTIONS, GCS_BUCKET  # pylint: disable=g-bad-import-order
 from helpers import emulator_environment, free_port, make_corpus, make_grammar_corpus
 
@@ -39,10 +40,11 @@ def cache_dir(tmp_path_factory):
 def compile_once(tmp_path_factory):
   """A persistent compilation cache for one module's runs, in this process and the processes it starts (their
   environment names it): runs of the same config build the same programs (same shapes, new jit objects), so they
-  compile once. Tests that compare runs bit for bit then also run one program. Only programs that take 0.3 s or
-  more to compile are written (train steps, initialisers, evaluation steps): writing and reading back an entry takes
-  ~50-150 ms, more than compiling the hundreds of small programs it would otherwise store."""
-  values = (str(tmp_path_factory.mktemp('jax_cache')), 0.3, 0)
+  compile once. Tests that compare runs bit for bit then also run one program. Like the entry point's cache
+  (electra_jax.compile_cache), it stores only programs that take MIN_COMPILE_SECONDS or more to compile (train steps,
+  initialisers, evaluation steps): writing and reading back an entry costs more than compiling the hundreds of small
+  programs it would otherwise store."""
+  values = (str(tmp_path_factory.mktemp('jax_cache')), compile_cache.MIN_COMPILE_SECONDS, 0)
   saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
   saved_env = {env: os.environ.get(env) for env in CACHE_OPTIONS.values()}
   for (name, env), value in zip(CACHE_OPTIONS.items(), values):
