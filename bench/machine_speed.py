@@ -1,0 +1,54 @@
+"""How fast this machine compiles right now: the median of 7 XLA:CPU compiles of one fixed program, in seconds.
+
+The test suite is compile-bound, and on a shared virtual machine its time drifts with the host's load: the same
+code's README suite took 6 min 11 s and 3 min 54 s on the same 2-core machine a few hours apart (BENCHMARKS.md,
+"Where the test suite's time goes"). Run this before and after a timing and report it beside the figure; compare
+timings only at similar speeds. One run takes ~10 s; its median varies ~15% from run to run on an idle machine.
+The program is a step of a stack of 24 dense blocks (RMS norm, GELU MLP), its gradient and an Adam update,
+compiled with the test suite's XLA flags (tests/conftest.py).
+
+  python bench/machine_speed.py
+"""
+
+import os
+import statistics
+import time
+
+os.environ.setdefault('XLA_FLAGS', '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false')
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+import jax  # pylint: disable=g-import-not-at-top
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+import optax  # pylint: disable=g-import-not-at-top
+
+H, F, B, LAYERS = 64, 256, 16, 24
+
+
+def loss(params, x):
+  for w1, w2, scale in params:
+    h = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
+    x = x + jax.nn.gelu(h @ w1) @ w2
+  return jnp.mean(jax.nn.log_softmax(x) ** 2)
+
+
+def step(params, opt_state, x):
+  grads = jax.grad(loss)(params, x)
+  updates, opt_state = optax.adam(1e-3).update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state
+
+
+def main(repeats: int = 7):
+  params = [(jnp.ones((H, F)), jnp.ones((F, H)), jnp.ones((H,))) for _ in range(LAYERS)]
+  args = params, optax.adam(1e-3).init(params), jnp.ones((B, H))
+  seconds = []
+  for _ in range(repeats):
+    jax.clear_caches()  # or the second compile is a lookup
+    lowered = jax.jit(step).lower(*args)
+    start = time.perf_counter()
+    lowered.compile()
+    seconds.append(time.perf_counter() - start)
+  print(f'compile seconds: median {statistics.median(seconds):.3f} (min {min(seconds):.3f}, max {max(seconds):.3f})')
+
+
+if __name__ == '__main__':
+  main()
