@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import jax
 
@@ -42,7 +43,11 @@ class MetricsWriter:
     if path.exists():
       _truncate_after(path, resumed_at)
     self.jsonl = open(path, 'a', encoding='utf-8')
-    self.tensorboard = SummaryWriter(os.fspath(self.staging.local / 'tensorboard'), purge_step=resumed_at + 1)
+    # tensorboardX names the events file by the second it opens it, and opens it from the start: a second
+    # invocation within that second (a resume right after a stop) would overwrite the first's events. The
+    # nanoseconds make each file its own, and order those of one second as they were written.
+    self.tensorboard = SummaryWriter(os.fspath(self.staging.local / 'tensorboard'), purge_step=resumed_at + 1,
+                                     filename_suffix=f'.{time.time_ns()}')
 
   def write(self, step: int, scalars: dict[str, float]):
     if not self.active:
