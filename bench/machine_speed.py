@@ -22,6 +22,7 @@ import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 import optax  # pylint: disable=g-import-not-at-top
 
 H, F, B, LAYERS = 64, 256, 16, 24
+OPTIMIZER = optax.adam(1e-3)
 
 
 def loss(params, x):
@@ -33,13 +34,13 @@ def loss(params, x):
 
 def step(params, opt_state, x):
   grads = jax.grad(loss)(params, x)
-  updates, opt_state = optax.adam(1e-3).update(grads, opt_state, params)
+  updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
   return optax.apply_updates(params, updates), opt_state
 
 
 def main(repeats: int = 7):
   params = [(jnp.ones((H, F)), jnp.ones((F, H)), jnp.ones((H,))) for _ in range(LAYERS)]
-  args = params, optax.adam(1e-3).init(params), jnp.ones((B, H))
+  args = params, OPTIMIZER.init(params), jnp.ones((B, H))
   seconds = []
   for _ in range(repeats):
     jax.clear_caches()  # or the second compile is a lookup
