@@ -151,7 +151,9 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
     assert json.load(f)['init_step'] == 2
   table = open(os.path.join(workdir, 'results.md'), encoding='utf-8').read()
   assert '| keyword (dev/accuracy) |' in table and '| from scratch | 0 | 0 |' in table
-  assert sum(line.startswith('| electra |') or line.startswith('| mlm |') for line in table.splitlines()) == 4
+  scores, pretraining = table.split('### Pre-training')
+  assert sum(line.startswith('| electra |') or line.startswith('| mlm |') for line in scores.splitlines()) == 4
+  assert '| mlm |' in pretraining and '| - (no discriminator) | 6 |' in pretraining  # one row per run
   with open(os.path.join(workdir, 'compare.png'), 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's dependency)

@@ -19,8 +19,9 @@ the discriminator (and generator, or the MLM) is evaluated on 8 fixed batches of
 each discriminator left its prior (the first evaluation with eval_disc_recall >= 0.02: see compare.py).
 Checkpoints are written at the budgets' steps only (and when a stop signal ends a run: rerunning the same command
 resumes there), so a budget costs one checkpoint. One tokenizer and one packed corpus serve every run (cached in
-`data.cache_dir`), and JAX's compile cache shares the programs of the 27 fine-tunings (3 initialisations x 3
-tasks x 3 seeds: 2 train and 2 eval programs, the classification tasks sharing theirs).
+`data.cache_dir`), and JAX's compile cache (in it too) shares the programs of the 27 fine-tunings (3
+initialisations x 3 tasks x 3 seeds): 3 train steps (a task's step count is part of its program) and 2 evaluation
+steps (the classification tasks share theirs) are compiled, and a resumed command loads every program from disk.
 
 Full-size cost. FLOPs per step (`flops.train_flops_per_step`, matmuls, 3 x forward; vocabulary 30522):
 electra 1.150e12 (70.2 MFLOP per token), mlm 1.066e12 (65.0 MFLOP per token). At 1e16 FLOPs: electra 8696 steps
@@ -35,7 +36,7 @@ tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes bu
 The rest, estimated (no accelerator was lent to measure it): wheels and imports ~15 s; the WordPiece tokenizer and
 the packing of the corpus, once, ~1 min (61 s of CPU time on a 2-core CPU); per run the compile and initialiser
 (74 + 66 s on the H200 before issue 44, whose goal is the first step within 30 s), the evaluation step's compile
-and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 4 compiles and 27 seed runs (3
+and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3
 initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and
 5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and evaluate). At today's speed
 the compiles and fine-tuning alone take ~8-10 minutes, so no budget fits one 9-minute command: run it then with a

@@ -13,7 +13,8 @@ Outputs under WORKDIR:
   pretrain/<run>/                     a pre-training workdir (config.json, metrics.jsonl, checkpoints/<step>/)
   finetune/<run>/<budget>/<task>/     a fine-tuning workdir of that checkpoint (results.json, results.md)
   scratch/<task>/                     the from-scratch baseline
-  results.json, results.md            every seed's dev score and the median, per run, budget and task
+  results.json, results.md            every seed's dev score and the median, per run, budget and task; per run
+                                      its median tokens/s and held-out evaluation (`pretraining_summary`)
   compare.png                         score against pre-training FLOPs (log x), one panel per task
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
@@ -44,7 +45,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, data, fileio, finetune, flops, frozen, trainer
+from electra_jax import cli, compile_cache, data, fileio, finetune, flops, frozen, trainer
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -506,6 +507,9 @@ def main(argv):
   if flags.FLAGS.show_config:
     print(cli.show_config(flags.FLAGS.config, config_flags.get_config_filename(flags.FLAGS['config'])))
     return
+  # As electra_jax.main: a resumed experiment, and fine-tunings of the same shapes (every initialisation and seed
+  # of a task), load their compiled programs from disk instead of compiling them again.
+  compile_cache.enable(flags.FLAGS.config.pretrain.data.get('cache_dir', ''))
   cli.run(run, flags.FLAGS.config, flags.FLAGS.workdir)
 
 
