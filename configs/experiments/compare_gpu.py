@@ -45,12 +45,10 @@ The budget is the one override: `--config.flops_budgets=3e16` (3 x the steps), o
 still one run each, a checkpoint and 18 more fine-tunings at 3e15).
 
 `--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
-32-token sequences, 64 pieces, a budget of 161 electra and 245 mlm steps): what tests/test_compare.py runs end to end, with
-an interruption and a resume, in about a minute, on generated text and tasks given as overrides.
-See docs/experiments.md.
+32-token sequences, 64 pieces, a budget of 161 electra and 245 mlm steps): what tests/test_compare.py runs end to
+end through the command line, interrupted and resumed, on generated text and tasks given as overrides (about a
+minute or two of CPU time). See docs/experiments.md.
 """
-
-import ml_collections
 
 from configs import small
 from configs.experiments import compare_cpu
@@ -66,7 +64,7 @@ def get_config(arg: str = ''):
 
   config.pretrain = small.get_config()  # ELECTRA-Small as in the paper (its 1M steps are set from the budget)
   pretrain = config.pretrain
-  pretrain.data.source = '../shared/data/corpus/*.txt.gz'  # CORPUS: ~11 M words, ~15 M WordPiece tokens
+  pretrain.data.source = '../shared/data/corpus/*.txt.gz'  # CORPUS: ~11 M words
   pretrain.data.tokenizer_type = 'wordpiece'  # BERT's kind of vocabulary, as the paper's 30522 uncased pieces
   pretrain.objective.temperature = 1.0  # the paper's sampling (already the default; stated, not inherited)
   pretrain.optimizer.warmup_steps = 500  # the paper's 10k steps of warm-up exceed a 1e16 run (8.7k steps)
