@@ -104,6 +104,19 @@ def make_tsv_task(directory, seed=0, sizes=(240, 80)):
   return str(directory)
 
 
+def make_conll_task(directory, seed=0, sizes=(240, 80)):
+  """A part-of-speech-like tagging task in CoNLL files: each word's tag is fixed by the word (one of three), so a
+  model that reads its tokens learns it."""
+  os.makedirs(directory, exist_ok=True)
+  rng = random.Random(seed)
+  for split, count in zip(('train', 'dev'), sizes):
+    sentences = ['\n'.join(f'{w}\t{("NN", "VB", "JJ")[len(w) % 3]}' for w in keyword_free_sentence(rng))
+                 for _ in range(count)]
+    with open(os.path.join(directory, f'{split}.conll'), 'w', encoding='utf-8') as f:
+      f.write('\n\n'.join(sentences) + '\n')
+  return str(directory)
+
+
 def override(config, overrides: dict, sep: str = '.'):
   """Sets `section<sep>key` entries of a ConfigDict or nested dict in place and returns it."""
   for dotted, value in overrides.items():

@@ -4,18 +4,20 @@ nothing."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import ml_collections
 import pytest
 
-from configs.experiments import compare_cpu
+from configs.experiments import compare_cpu, compare_gpu
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax.config import ConfigError
 from electra_jax.experiments import compare
-from helpers import TINY_FINETUNE_MODEL, make_tsv_task  # pylint: disable=g-bad-import-order
+from helpers import TINY_FINETUNE_MODEL, make_conll_task, make_tsv_task  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -149,7 +151,9 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
     assert json.load(f)['init_step'] == 2
   table = open(os.path.join(workdir, 'results.md'), encoding='utf-8').read()
   assert '| keyword (dev/accuracy) |' in table and '| from scratch | 0 | 0 |' in table
-  assert sum(line.startswith('| electra |') or line.startswith('| mlm |') for line in table.splitlines()) == 4
+  scores, pretraining = table.split('### Pre-training')
+  assert sum(line.startswith('| electra |') or line.startswith('| mlm |') for line in scores.splitlines()) == 4
+  assert '| mlm |' in pretraining and '| - (no discriminator) | 6 |' in pretraining  # one row per run
   with open(os.path.join(workdir, 'compare.png'), 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's dependency)
@@ -167,6 +171,103 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
   config.finetune.epochs = 2.0
   with pytest.raises(ConfigError, match='other settings.*epochs'):
     compare.run(config, workdir)
+
+
+def test_gpu_preset_is_the_papers_small_at_1e16(grammar_corpus, cache_dir):
+  # What the preset's docstring and docs/experiments.md state: ELECTRA-Small with the paper's objective settings
+  # against BERT-Small on the same encoder, one budget of 1e16 FLOPs, held-out evaluation, checkpoints only at the
+  # budgets, and its step counts.
+  config = compare_gpu.get_config()
+  assert config.objectives == ('electra', 'mlm') and config.flops_budgets == (1e16,) and config.seeds == 3
+  assert [os.path.basename(t) for t in config.tasks] == ['polarity', 'hedge', 'pos']
+  runs = {}
+  for name in config.objectives:
+    run = ml_collections.ConfigDict(config.pretrain.to_dict())
+    run.objective.name = name
+    compare._override(run, config.overrides.get(name, {}), name)  # pylint: disable=protected-access
+    runs[name] = config_lib.load(run, vocab_size=30522)
+  electra, mlm = runs['electra'], runs['mlm']
+  assert electra.model == mlm.model and electra.model.tower(False).num_layers == 12
+  assert (electra.model.hidden_size, electra.model.embedding_size, electra.model.tower(True).hidden_size) == (256, 128,
+                                                                                                               64)
+  assert (electra.objective.temperature, electra.objective.mask_prob, electra.objective.disc_weight) == (1.0, 0.15, 50)
+  assert (electra.batch_size, electra.data.max_seq_length, electra.optimizer.learning_rate) == (128, 128, 5e-4)
+  assert (mlm.objective.mask_token_prob, mlm.objective.random_token_prob) == (0.8, 0.1)
+  assert electra.eval_every and electra.data.eval_fraction and electra.checkpoint_every > 10**6
+  assert [compare.steps_for_budget(1e16, compare.flops.train_flops_per_step(c)) for c in (electra, mlm)] == [8696,
+                                                                                                            9383]
+
+
+@pytest.mark.slow
+def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_corpus, cache_dir):
+  # The GPU preset's :tiny variant through the command line, on generated text and three generated tasks named as
+  # the real ones: interrupted (SIGTERM) during the electra pre-training, then the same command again finishes it
+  # from the checkpoint the signal wrote, and the rest of the experiment.
+  tasks = [make_tsv_task(tmp_path / 'polarity', sizes=(48, 32)), make_tsv_task(tmp_path / 'hedge', seed=1,
+                                                                                   sizes=(48, 32)),
+           make_conll_task(tmp_path / 'pos', sizes=(48, 32))]
+  workdir = tmp_path / 'cmp'
+  command = [sys.executable, '-m', 'electra_jax.experiments.compare',
+             '--config=configs/experiments/compare_gpu.py:tiny', f'--workdir={workdir}',
+             f'--config.pretrain.data.source={grammar_corpus}',
+             '--config.tasks=' + ','.join(f"'{t}'" for t in tasks)]
+  metrics = workdir / 'pretrain' / 'electra' / 'metrics.jsonl'
+  with subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True) as first:
+    while not (metrics.is_file() and metrics.read_text().count('\n') >= 2) and first.poll() is None:
+      time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)  # 20 of its 161 steps done
+    stderr = first.communicate(timeout=300)[1]
+  assert first.returncode == 1 and 'run the same command again' in stderr.splitlines()[-1], stderr[-2000:]
+  stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra')).latest_step())
+  assert 20 <= stopped < 161 and not (workdir / 'pretrain' / 'mlm').exists()
+
+  second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert f'resuming from checkpoint {stopped}' in second.stderr
+  steps = [json.loads(line)['step'] for line in metrics.read_text().splitlines()]
+  assert steps == sorted(set(steps)) and steps[-1] == 161  # each step logged once: resumed, not restarted
+  # Checkpoints at the budget (and where the signal stopped electra) only.
+  assert sorted(os.listdir(workdir / 'pretrain' / 'electra' / 'checkpoints'), key=int) == [str(stopped), '161']
+  assert os.listdir(workdir / 'pretrain' / 'mlm' / 'checkpoints') == ['245']
+
+  results = json.loads((workdir / 'results.json').read_text())
+  assert list(results['tasks']) == ['polarity', 'hedge', 'pos'] and results['seeds'] == 3
+  for name, steps in (('electra', 161), ('mlm', 245)):
+    (entry,) = results['objectives'][name]['budgets']
+    assert entry['steps'] == steps and set(entry['tasks']) == {'polarity', 'hedge', 'pos'}
+    summary = results['objectives'][name]['pretraining']
+    assert summary['last_eval']['step'] == steps and summary['tokens_per_second'] > 0
+  assert 'left_prior_step' in results['objectives']['electra']['pretraining']
+  assert 'left_prior_step' not in results['objectives']['mlm']['pretraining']  # no discriminator
+  assert results['scratch']['pos']['metric'] == 'dev/token_accuracy'
+  table = (workdir / 'results.md').read_text()
+  assert '| polarity (dev/accuracy) | hedge (dev/accuracy) | pos (dev/token_accuracy) |' in table
+  assert '| mlm | 4e+09 | 245 |' in table and '| - (no discriminator) | 245 | - | - |' in table
+  assert (workdir / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_pretraining_summary_by_hand(tmp_path):
+  # Logged rows and held-out evaluations as the trainer writes them: the median speed, the first evaluation at
+  # eval_disc_recall >= 0.02, the last evaluation's numbers.
+  rows = [{'step': 10, 'tokens_per_second': 300.0}, {'step': 20, 'tokens_per_second': 100.0},
+          {'step': 20, 'eval_disc_recall': 0.0, 'eval_disc_auc': 0.8, 'eval_gen_accuracy': 0.1},
+          {'step': 30, 'tokens_per_second': 200.0, 'eval_disc_recall': 0.019, 'eval_disc_auc': 0.85},
+          {'step': 40, 'eval_disc_recall': 0.02, 'eval_disc_auc': 0.9, 'eval_gen_accuracy': 0.3},
+          {'step': 50, 'eval_disc_recall': 0.5, 'eval_disc_auc': 0.95, 'eval_gen_accuracy': 0.4, 'eval_loss': 9.0}]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(row) + '\n' for row in rows))
+  summary = compare.pretraining_summary(str(tmp_path))
+  assert summary == {'tokens_per_second': 200.0, 'left_prior_step': 40, 'last_eval': {
+      'step': 50, 'eval_disc_recall': 0.5, 'eval_disc_auc': 0.95, 'eval_gen_accuracy': 0.4}}
+  results = {'objectives': {'electra': {'flops_per_step': 1e9, 'pretraining': summary},
+                            'mlm': {'flops_per_step': 1e9, 'pretraining': {
+                                'tokens_per_second': 1500.0, 'last_eval': {'step': 60, 'eval_mlm_accuracy': 0.25}}},
+                            'never': {'flops_per_step': 1e9, 'pretraining': {
+                                'left_prior_step': None, 'last_eval': {'step': 70, 'eval_disc_recall': 0.0}}}}}
+  assert compare._pretraining_table(results)[-3:] == [  # pylint: disable=protected-access
+      '| electra | 200 | step 40 (4e+10 FLOPs) | 50 | 0.500 | 0.950 | 0.400 (generator) |',
+      '| mlm | 1,500 | - (no discriminator) | 60 | - | - | 0.250 |',
+      '| never | - | not by step 70 | 70 | 0.000 | - | - |']
+  assert compare.pretraining_summary(str(tmp_path / 'none')) == {}
 
 
 def fake_finetune(c, workdir):

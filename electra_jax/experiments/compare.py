@@ -13,7 +13,8 @@ Outputs under WORKDIR:
   pretrain/<run>/                     a pre-training workdir (config.json, metrics.jsonl, checkpoints/<step>/)
   finetune/<run>/<budget>/<task>/     a fine-tuning workdir of that checkpoint (results.json, results.md)
   scratch/<task>/                     the from-scratch baseline
-  results.json, results.md            every seed's dev score and the median, per run, budget and task
+  results.json, results.md            every seed's dev score and the median, per run, budget and task; per run
+                                      its median tokens/s and held-out evaluation (`pretraining_summary`)
   compare.png                         score against pre-training FLOPs (log x), one panel per task
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
@@ -44,7 +45,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, data, fileio, finetune, flops, frozen, trainer
+from electra_jax import cli, compile_cache, data, fileio, finetune, flops, frozen, trainer
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -303,6 +304,7 @@ def run(config, workdir: str) -> dict:
                     for b, s in zip(config.flops_budgets, p.steps) if finetuned(config, b)]}
     if p.generator_train_flops:
       results['objectives'][p.name]['generator_train_flops'] = p.generator_train_flops
+    results['objectives'][p.name]['pretraining'] = pretraining_summary(os.fspath(workdir / 'pretrain' / p.name))
   for name, task in task_names.items():
     results['scratch'][name] = finetune_once(finetune_config(config, name, task),
                                              os.fspath(workdir / 'scratch' / name))
@@ -317,6 +319,33 @@ def run(config, workdir: str) -> dict:
   plot(results, workdir / 'compare.png')
   print(results_table(results), file=sys.stderr)
   return results
+
+
+# A discriminator has left its prior at the first held-out evaluation where it flags (P(replaced) > 0.5) at least
+# this share of the replaced tokens: at its prior it calls every token original (recall 0). Not a threshold on
+# eval_disc_auc: a discriminator ranks replaced tokens above original ones by their identity long before it flags
+# any (the tiny config's run: AUC 0.81 at recall 0.000, BENCHMARKS.md "Held-out evaluation").
+LEFT_PRIOR_RECALL = 0.02
+LAST_EVAL = ('eval_disc_recall', 'eval_disc_auc', 'eval_gen_accuracy', 'eval_mlm_accuracy')
+
+
+def pretraining_summary(workdir: str) -> dict:
+  """From a pre-training workdir's metrics.jsonl: the median logged tokens_per_second; with held-out evaluations,
+  the last one's step and LAST_EVAL metrics and, for a run with a discriminator, `left_prior_step` (the first
+  evaluation's step with eval_disc_recall >= LEFT_PRIOR_RECALL; None: not by the last)."""
+  path = fileio.path(workdir) / 'metrics.jsonl'
+  if not path.is_file():
+    return {}
+  rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  speeds = sorted(row['tokens_per_second'] for row in rows if 'tokens_per_second' in row)
+  summary = {'tokens_per_second': speeds[len(speeds) // 2]} if speeds else {}
+  evaluations = [row for row in rows if any(key.startswith('eval_') for key in row)]
+  if evaluations:
+    summary['last_eval'] = {key: value for key, value in evaluations[-1].items() if key in ('step',) + LAST_EVAL}
+    if 'eval_disc_recall' in evaluations[-1]:
+      summary['left_prior_step'] = next((row['step'] for row in evaluations
+                                         if row['eval_disc_recall'] >= LEFT_PRIOR_RECALL), None)
+  return summary
 
 
 def write_results(results: dict, workdir: str):
@@ -345,10 +374,41 @@ def results_table(results: dict) -> str:
       lines.append(f'| {run_name} | {entry["budget"]:.3g} | {entry["steps"]} | '
                    + ' | '.join(_cell(entry['tasks'].get(n)) for n in names) + ' |')
   lines.append('| from scratch | 0 | 0 | ' + ' | '.join(_cell(results['scratch'].get(n)) for n in names) + ' |')
+  lines += _pretraining_table(results)
   lines += [f'\n{run_name}: its frozen generator cost {run["generator_train_flops"]:.3g} FLOPs to train, not counted '
             'in its budgets (its forward passes are)' for run_name, run in results['objectives'].items()
             if run.get('generator_train_flops')]
   return '\n'.join(lines) + '\n'
+
+
+def _pretraining_table(results: dict) -> list[str]:
+  """Markdown lines: per run with a `pretraining` summary, its speed and held-out evaluation; [] if none has one."""
+  rows = []
+  for name, run in results['objectives'].items():
+    summary = run.get('pretraining')
+    if not summary:
+      continue
+    last = summary.get('last_eval', {})
+    if 'left_prior_step' not in summary:
+      left = '- (no discriminator)' if last else '- (no evaluation)'
+    elif summary['left_prior_step'] is None:
+      left = f'not by step {last["step"]}'
+    else:
+      left = f'step {summary["left_prior_step"]} ({summary["left_prior_step"] * run["flops_per_step"]:.3g} FLOPs)'
+    cells = [f'{summary["tokens_per_second"]:,.0f}' if 'tokens_per_second' in summary else '-', left,
+             str(last.get('step', '-'))]
+    cells += [f'{last[key]:.3f}' if key in last else '-' for key in ('eval_disc_recall', 'eval_disc_auc')]
+    if 'eval_mlm_accuracy' in last:
+      cells.append(f'{last["eval_mlm_accuracy"]:.3f}')
+    else:
+      cells.append(f'{last["eval_gen_accuracy"]:.3f} (generator)' if 'eval_gen_accuracy' in last else '-')
+    rows.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+  if not rows:
+    return []
+  return ['', '### Pre-training: tokens/s (median of the logged steps) and held-out evaluation; a discriminator left '
+              f'its prior at the first evaluation with eval_disc_recall >= {LEFT_PRIOR_RECALL}', '',
+          '| run | tokens/s | left its prior at | last evaluation (step) | eval_disc_recall | eval_disc_auc | '
+          'eval MLM accuracy |', '|---|---:|---|---:|---:|---:|---:|'] + rows
 
 
 def merge(workdirs: list[str], output: str) -> dict:
@@ -447,6 +507,9 @@ def main(argv):
   if flags.FLAGS.show_config:
     print(cli.show_config(flags.FLAGS.config, config_flags.get_config_filename(flags.FLAGS['config'])))
     return
+  # As electra_jax.main: a resumed experiment, and fine-tunings of the same shapes (every initialisation and seed
+  # of a task), load their compiled programs from disk instead of compiling them again.
+  compile_cache.enable(flags.FLAGS.config.pretrain.data.get('cache_dir', ''))
   cli.run(run, flags.FLAGS.config, flags.FLAGS.workdir)
 
 

@@ -1,0 +1,102 @@
+r"""The paper's claim on one GPU: ELECTRA-Small against BERT-Small at equal pre-training compute, and both against
+training from scratch (`configs/small.py` model, 1e16 FLOPs each).
+
+  python -m electra_jax.experiments.compare --config=configs/experiments/compare_gpu.py --workdir=WORKDIR \
+      [--config.flops_budgets=3e16]
+
+Paths are relative to the directory the command runs in (the repository root: ../shared/data/...; CORPUS is
+`pretrain.data.source`, the tasks `tasks`). Runs (as configs/experiments/compare_cpu.py, whose variants it keeps):
+`electra` with the paper's settings (generator 1/4 of the width, samples at temperature 1, 15% masked, lambda 50),
+`mlm` (BERT-Small: the same 12-layer H=256 encoder, MLM only, BERT's 80/10/10 masking), and from scratch. Both
+pre-train on the 128 x 128 batch of the paper, with its learning rate 5e-4 and dropout, a BERT-style WordPiece
+vocabulary of 30522 trained on the corpus, a 500-step warm-up (the paper's 10k steps are longer than the run)
+and the linear decay to 0 at the budget's step. Fine-tuning: polarity, hedge and POS with compare_cpu's recipe
+(1000 training examples, 3 epochs, sequences of 64; polarity 10 epochs), at ELECTRA-Small's fine-tuning learning
+rate 3e-4 (compare_cpu's 1e-3 was chosen for its 4-layer model), 3 seeds each, on the GPU.
+
+Held-out evaluation: 1% of the corpus's documents stay out of training (`data.eval_fraction`); every 500 steps
+the discriminator (and generator, or the MLM) is evaluated on 8 fixed batches of them. The table then says when
+each discriminator left its prior (the first evaluation with eval_disc_recall >= 0.02: see compare.py).
+Checkpoints are written at the budgets' steps only (and when a stop signal ends a run: rerunning the same command
+resumes there), so a budget costs one checkpoint. One tokenizer and one packed corpus serve every run (cached in
+`data.cache_dir`), and JAX's compile cache (in it too) shares the programs of the 27 fine-tunings (3
+initialisations x 3 tasks x 3 seeds): 3 train steps (a task's step count is part of its program) and 2 evaluation
+steps (the classification tasks share theirs) are compiled, and a resumed command loads every program from disk.
+
+Full-size cost. FLOPs per step (`flops.train_flops_per_step`, matmuls, 3 x forward; vocabulary 30522):
+electra 1.150e12 (70.2 MFLOP per token), mlm 1.066e12 (65.0 MFLOP per token). At 1e16 FLOPs: electra 8696 steps
+(142 M tokens), mlm 9383 steps (154 M tokens), about 6 passes over the corpus's 185 k packed examples of 128
+tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes budget / (electra tokens/s x 70.2e6):
+
+| electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated |
+|---|---:|---:|---:|
+| 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | ~45 min: does not fit |
+| 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~8 min: fits 9 |
+
+The rest, estimated (no accelerator was lent to measure it): wheels and imports ~15 s; the WordPiece tokenizer and
+the packing of the corpus, once, ~1 min (61 s of CPU time on a 2-core CPU); per run the compile and initialiser
+(74 + 66 s on the H200 before issue 44, whose goal is the first step within 30 s), the evaluation step's compile
+and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3
+initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and
+5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and evaluate). At today's speed
+the compiles and fine-tuning alone take ~8-10 minutes, so no budget fits one 9-minute command: run it then with a
+time limit (`timeout -s TERM`), which stops it as a preemption would, and again to continue (docs/experiments.md).
+The budget is the one override: `--config.flops_budgets=3e16` (3 x the steps), or two budgets (`=3e15,1e16`:
+still one run each, a checkpoint and 18 more fine-tunings at 3e15).
+
+`--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
+32-token sequences, 64 pieces, a budget of 161 electra and 245 mlm steps): what tests/test_compare.py runs end to
+end through the command line, interrupted and resumed, on generated text and tasks given as overrides (about a
+minute or two of CPU time). See docs/experiments.md.
+"""
+
+from configs import small
+from configs.experiments import compare_cpu
+
+
+def get_config(arg: str = ''):
+  if arg not in ('', 'tiny'):
+    raise ValueError(f'unknown variant {arg!r}: use configs/experiments/compare_gpu.py (one GPU) or '
+                     'configs/experiments/compare_gpu.py:tiny (a CPU, for tests)')
+  config = compare_cpu.get_config()  # its runs, variants, tasks, seeds and fine-tuning recipe
+  config.objectives = ('electra', 'mlm')
+  config.flops_budgets = (1e16,)  # Pre-training FLOPs per run (as the trainer counts train_flops).
+
+  config.pretrain = small.get_config()  # ELECTRA-Small as in the paper (its 1M steps are set from the budget)
+  pretrain = config.pretrain
+  pretrain.data.source = '../shared/data/corpus/*.txt.gz'  # CORPUS: ~11 M words
+  pretrain.data.tokenizer_type = 'wordpiece'  # BERT's kind of vocabulary, as the paper's 30522 uncased pieces
+  pretrain.objective.temperature = 1.0  # the paper's sampling (already the default; stated, not inherited)
+  pretrain.optimizer.warmup_steps = 500  # the paper's 10k steps of warm-up exceed a 1e16 run (8.7k steps)
+  # Held-out evaluation every 500 steps on 8 fixed batches of the 1% of documents kept out of training.
+  pretrain.data.eval_fraction = 0.01
+  pretrain.eval_every = 500
+  pretrain.eval_batches = 8
+  # Checkpoints at the budgets' steps only (save_steps, set by the runner), at the end and on a stop signal.
+  pretrain.checkpoint_every = 10**9
+  del pretrain.train_steps, pretrain.save_steps
+  del pretrain.objective['name']
+
+  # ELECTRA-Small's fine-tuning learning rate (0: the paper's for the width, 3e-4), for every task: compare_cpu's
+  # 1e-3 was chosen for its 4-layer H=128 model. Polarity keeps its recipe (10 epochs at 3e-4).
+  config.finetune.optimizer.learning_rate = 0.0
+  if arg == 'tiny':
+    _tiny(config)
+  return config
+
+
+def _tiny(config):
+  """The same experiment at a CPU's size: every key the full preset sets, shrunk; data and tasks still name
+  ../shared (a test gives generated ones)."""
+  pretrain = config.pretrain
+  pretrain.model.update(embedding_size=32, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                        max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
+                        attention_dropout_rate=0.0)
+  pretrain.data.update(vocab_size=64, max_seq_length=32)
+  pretrain.update(batch_size=8, log_every=10, eval_every=50, eval_batches=2)
+  pretrain.data.eval_fraction = 0.1
+  pretrain.optimizer.update(learning_rate=1e-3, warmup_steps=10)
+  pretrain.mesh.shape = (1, 1, 1)
+  config.flops_budgets = (4e9,)  # electra 161 steps of this model (2.49e7 FLOPs each), mlm 245
+  config.finetune.update(batch_size=16, eval_batch_size=32, max_seq_length=32, max_train_examples=48, epochs=1.0)
+  config.finetune.mesh.shape = (1, 1, 1)
