@@ -17,9 +17,9 @@ import time
 os.environ.setdefault('XLA_FLAGS', '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
-import jax  # pylint: disable=g-import-not-at-top
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-import optax  # pylint: disable=g-import-not-at-top
+import jax
+import jax.numpy as jnp
+import optax
 
 H, F, B, LAYERS = 64, 256, 16, 24
 OPTIMIZER = optax.adam(1e-3)

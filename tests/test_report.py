@@ -124,14 +124,14 @@ def test_is_chief_reads_jax_without_starting_a_backend():
   """report.is_chief reads jax's private jax._src.distributed.global_state (no public call gives the process id
   without starting the backend): this fails when a jax upgrade moves it, and is_chief would fall back to
   jax.process_index()."""
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  from jax._src import distributed  # noqa: PLC0415
   assert distributed.global_state.process_id == 0
   assert report.is_chief()
 
 
 def test_help_says_what_the_command_does_and_lists_every_config():
   """`python -m electra_jax.main --help` prints this docstring (test_config checks it is printed)."""
-  from electra_jax import main  # pylint: disable=g-import-not-at-top  (defines the flags: only this test needs them)
+  from electra_jax import main  # noqa: PLC0415  (defines the flags: only this test needs them)
   usage = main.__doc__
   assert usage.splitlines()[0].startswith('Pre-train an ELECTRA text encoder, fine-tune it')
   configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')

@@ -72,7 +72,7 @@ def test_vocab_without_special_tokens(tmp_path):
 
 
 def test_sentencepiece_without_special_tokens(lines, tmp_path):
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # noqa: PLC0415
   spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'plain'),
                                  vocab_size=60, minloglevel=2)
   with pytest.raises(DataError, match='lacks the special tokens'):
@@ -93,7 +93,7 @@ def test_bad_tokenizer_paths(tmp_path):
 
 def _tokenizer_json(path, model):
   """A Hugging Face tokenizer.json with `model` (the `tokenizers` library's own serialisation)."""
-  from tokenizers import Tokenizer, normalizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer, normalizers  # noqa: PLC0415
   tokenizer = Tokenizer(model)
   tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
   tokenizer.save(str(path))
@@ -103,7 +103,7 @@ def _tokenizer_json(path, model):
 def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
   """transformers 5 saves a fast tokenizer as tokenizer.json only: the same WordPiece vocabulary, the same ids,
   and the casing its normaliser records (here cased)."""
-  from tokenizers.models import WordPiece  # pylint: disable=g-import-not-at-top
+  from tokenizers.models import WordPiece  # noqa: PLC0415
   tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'The', 'cat', '##s', 'sat', '.']
   json_file = _tokenizer_json(tmp_path / 'tokenizer.json',
                               WordPiece({t: i for i, t in enumerate(tokens)}, unk_token='[UNK]'))
@@ -120,7 +120,7 @@ def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
 
 
 def test_tokenizer_json_that_is_not_wordpiece_is_one_clear_error(tmp_path):
-  from tokenizers.models import BPE  # pylint: disable=g-import-not-at-top
+  from tokenizers.models import BPE  # noqa: PLC0415
   path = _tokenizer_json(tmp_path / 'tokenizer.json', BPE({'a': 0, 'b': 1, 'ab': 2}, [('a', 'b')]))
   with pytest.raises(DataError, match='holds a BPE tokenizer, not WordPiece'):
     tokenizer_lib.load(str(tmp_path))
@@ -174,8 +174,8 @@ def test_any_text_encodes_to_ids_in_range(trained, batch):
 def test_sample_spans_a_corpus_sorted_by_domain(kind, tmp_path, monkeypatch):
   """`data tokenizer` on a corpus larger than its sample (4 files of 1200 lines, 300 sampled), each file a domain
   spelt with letters of its own: the sample reaches every file, so no domain's text encodes to [UNK]."""
-  from electra_jax import data  # pylint: disable=g-import-not-at-top
-  from electra_jax.data import __main__ as cli  # pylint: disable=g-import-not-at-top
+  from electra_jax import data  # noqa: PLC0415
+  from electra_jax.data import __main__ as cli  # noqa: PLC0415
   rng = random.Random(0)
   alphabets = ['abcdef', 'ghijkl', 'mnopqr', 'stuvwx']
   for number, letters in enumerate(alphabets):

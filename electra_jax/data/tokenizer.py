@@ -97,7 +97,7 @@ class SentencePieceTokenizer(Tokenizer):
   file_name = 'tokenizer.model'
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    import sentencepiece as spm  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     try:
@@ -136,7 +136,7 @@ class WordPieceTokenizer(Tokenizer):
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
-    from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+    from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     options = {}
@@ -321,7 +321,7 @@ def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase,
 
 
 def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
-  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
   trainer = BertWordPieceTokenizer(lowercase=lowercase)
   trainer.train_from_iterator(lines, vocab_size=vocab_size, special_tokens=list(SPECIAL_PIECES),
                               show_progress=False)

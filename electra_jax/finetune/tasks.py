@@ -26,7 +26,7 @@ from electra_jax.config import ConfigError
 from electra_jax.data import corpus
 from electra_jax.data.corpus import DataError
 from electra_jax.finetune import files, metrics
-from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # pylint: disable=unused-import
+from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # noqa: F401
 
 CLASSIFICATION, REGRESSION, TAGGING, SQUAD = 'classification', 'regression', 'tagging', 'squad'
 KINDS = (CLASSIFICATION, REGRESSION, TAGGING, SQUAD)
@@ -228,9 +228,9 @@ def _text(value) -> str:
 
 
 def _tfds_source(task: Task, split: str, data_dir: str):
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # noqa: PLC0415
   if task.location.startswith('glue/'):
-    import tensorflow_datasets.text.glue  # pylint: disable=g-import-not-at-top,unused-import  (registers glue)
+    import tensorflow_datasets.text.glue  # noqa: PLC0415  (registers glue)
   files_key = '--config.squad_dir' if task.kind == SQUAD else '--config.glue_dir'
   try:
     if fileio.is_remote(data_dir):  # array_record opens local files only: read a verified copy
