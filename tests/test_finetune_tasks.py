@@ -79,12 +79,6 @@ def test_unknown_task_is_a_clear_error(tmp_path):
     tasks.get_task(str(tmp_path))
 
 
-@pytest.fixture
-def online(monkeypatch):
-  """The download host counts as reachable: the test stands in for the network (mock data or files)."""
-  monkeypatch.setattr(tasks, '_check_download_host', lambda *args: None)
-
-
 def test_glue_from_tfds_mock_data(online):
   with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
     cola = tasks.read(tasks.get_task('CoLA'), 'validation')

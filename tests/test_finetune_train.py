@@ -22,8 +22,9 @@ from electra_jax.trainer import TrainingError
 from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
 from helpers import keyword_free_sentence, make_tsv_task, override
 
-# Many runs here share one tiny model: with a persistent compilation cache they compile it once.
-pytestmark = pytest.mark.usefixtures('compile_once')
+# Many runs here share one tiny model: with a persistent compilation cache they compile it once. tfds's data here is
+# mock data: no download (`online`).
+pytestmark = pytest.mark.usefixtures('compile_once', 'online')
 
 ANIMALS = ('cat', 'dog', 'bird')
 

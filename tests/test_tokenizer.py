@@ -231,10 +231,13 @@ def test_ctrl_c_stops_sentencepiece_training_at_once(tmp_path):
   words = [''.join(rng.choice('abcdefghijklmnop') for _ in range(rng.randint(2, 9))) for _ in range(20000)]
   with open(tmp_path / 'big.txt', 'w', encoding='utf-8') as f:  # ~12 MB: a minute or more of training
     f.writelines(' '.join(rng.choice(words) for _ in range(20)) + '\n' for _ in range(100_000))
-  command = [sys.executable, '-m', 'electra_jax.data', 'tokenizer', f'--source={tmp_path}/big.txt',
-             f'--output={tmp_path}/tok', '--vocab_size=8000']
-  with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as process:
+  # `python -m electra_jax.data tokenizer ...`, with Python's Ctrl-C handler even where this process was started
+  # with SIGINT ignored (a background job), which its children would inherit.
+  program = ('import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); '
+             'runpy.run_module("electra_jax.data", run_name="__main__", alter_sys=True)')
+  command = [sys.executable, '-c', program, 'tokenizer', f'--source={tmp_path}/big.txt', f'--output={tmp_path}/tok',
+             '--vocab_size=8000']
+  with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
     assert process.stderr.readline().startswith('training a unigram tokenizer')
     time.sleep(2)  # into the trainer
     process.send_signal(signal.SIGINT)
