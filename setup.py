@@ -5,6 +5,7 @@ import setuptools
 TPU_COMPILER = 'libtpu==0.0.42.1'
 BEAM = 'apache-beam==2.77.0'
 TEST_RUNNER = ['pytest==9.2.0', 'pytest-xdist==3.8.0', 'gcp-storage-emulator==2026.7.19']
+LINTER = 'ruff==0.17.5'  # its settings: pyproject.toml; its command: CONTRIBUTING.md
 
 setuptools.setup(
     name='electra_jax',
@@ -40,5 +41,7 @@ setuptools.setup(
         # is that environment plus the test runner: CI runs tests/test_beam_build.py in it (.ci/run).
         'beam': [BEAM],
         'beamtest': [BEAM] + TEST_RUNNER,
+        # The linter CI runs (.ci/run), pinned: a newer ruff may add checks the tree does not pass yet.
+        'lint': [LINTER],
     },
 )

@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_jax.data import build as build_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.data import corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax.data import build as build_lib
+from electra_jax.data import corpus
 
 
 def make_corpus(source: str, directory: str, copies: int) -> int:

@@ -17,13 +17,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags
+import jax
+from ml_collections import config_flags
 
-from electra_jax import checkpoint, config as config_lib, sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.masking import SpecialIds  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.train_step import Pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax import checkpoint, config as config_lib, sharding
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import Pretraining
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Model config.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed saves and restores of each kind.')
@@ -54,7 +54,8 @@ def main(argv):
         saves.append(_timed(lambda: (checkpointer.save(repeat, state, {}), checkpointer.wait())))
         restores.append(_timed(lambda: jax.block_until_ready(checkpointer.restore(repeat, abstract))))
         checkpointer.close()
-    print(json.dumps({'config': config_flags.get_config_filename(flags.FLAGS['config']), 'state_bytes': size, 'checksums': checksums, 'save_and_wait_s': statistics.median(saves),
+    print(json.dumps({'config': config_flags.get_config_filename(flags.FLAGS['config']), 'state_bytes': size,
+                      'checksums': checksums, 'save_and_wait_s': statistics.median(saves),
                       'restore_s': statistics.median(restores)}))
 
 

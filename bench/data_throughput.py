@@ -21,9 +21,9 @@ import time
 os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')  # one thread per process: we measure per core
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np
 
-from electra_jax.data import BatchIterator, corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax.data import BatchIterator, corpus
 from electra_jax.data import build as build_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib

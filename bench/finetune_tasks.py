@@ -18,8 +18,8 @@ import time
 from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import finetune as finetune_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import finetune as finetune_config
+from electra_jax import finetune
 
 _PRETRAINED = flags.DEFINE_string('pretrained', None, 'A pre-training WORKDIR (config.json, tokenizer.model, '
                                   'checkpoints/).')

@@ -92,12 +92,12 @@ def main():
   args = parser.parse_args()
   scratch = tempfile.mkdtemp(prefix='host_shards_')
   server, url = start_emulator(os.path.join(scratch, 'emulator.log'))
-  import conftest  # pylint: disable=g-import-not-at-top  (its 8 faked devices are overridden per process below)
+  import conftest  # noqa: PLC0415  (its 8 faked devices are overridden per process below)
   env = dict(os.environ, PYTHONPATH=REPO, **conftest.emulator_environment(url))
   os.environ.update(conftest.emulator_environment(url))
   try:
-    from electra_jax import data, fileio  # pylint: disable=g-import-not-at-top
-    from electra_jax.data import build, corpus  # pylint: disable=g-import-not-at-top
+    from electra_jax import data, fileio  # noqa: PLC0415
+    from electra_jax.data import build, corpus  # noqa: PLC0415
     config = data.DataConfig(vocab_size=4000, max_seq_length=64, cache_dir=os.path.join(scratch, 'build-cache'))
     tokenizer = data.load_tokenizer(config)
     source = corpus.TextFiles('')

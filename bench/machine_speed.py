@@ -2,7 +2,7 @@
 
 The test suite is compile-bound, and on shared virtual machines its time drifts with the host's load: the same
 code's README suite took 6 min 11 s and 3 min 54 s on 2-core machines of one kind on one day, and 4:51 to 6:18
-on one machine within half an hour (BENCHMARKS.md, "Where the test suite's time goes"). Run this before and after
+on one machine within half an hour (docs/history.md, "The test suite's time"). Run this before and after
 a timing and report it beside the figure; compare timings only at similar speeds. One run takes ~10 s; its median
 varies ~15% from run to run on an idle machine. The program is a step of a stack of 24 dense blocks (RMS norm,
 GELU MLP), its gradient and an Adam update, compiled with the test suite's XLA flags (tests/conftest.py).
@@ -17,9 +17,9 @@ import time
 os.environ.setdefault('XLA_FLAGS', '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
-import jax  # pylint: disable=g-import-not-at-top
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-import optax  # pylint: disable=g-import-not-at-top
+import jax
+import jax.numpy as jnp
+import optax
 
 H, F, B, LAYERS = 64, 256, 16, 24
 OPTIMIZER = optax.adam(1e-3)

@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags
 import jax
 import jax.numpy as jnp
 

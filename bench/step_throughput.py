@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,8 +113,8 @@ def print_costliest_ops(xplane: str, steps: int, hlo: str, top: int = 25):
 
 def time_torch(c, batch):
   """The same step in PyTorch: HF generator + discriminator with tied embeddings, masking, sampling, AdamW."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
+  import torch  # noqa: PLC0415
+  import transformers  # noqa: PLC0415
   m = c.model
   gen, disc = m.tower(True), m.tower(False)
   common = dict(vocab_size=m.vocab_size, embedding_size=m.embedding_size, max_position_embeddings=

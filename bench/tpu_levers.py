@@ -20,12 +20,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_jax import aot  # pylint: disable=g-import-not-at-top,wrong-import-position  (sets JAX_PLATFORMS first)
+from electra_jax import aot  # sets JAX_PLATFORMS first
 
-from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags
+import jax
 
-from electra_jax import model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax import model
 
 _AOT = aot.define_flags()  # --config and --topology (and the fine-tuning flags, unused here)
 _LEVERS = flags.DEFINE_list('levers', 'baseline,no_dropout,dot_product_attention', 'Variants to compile.')

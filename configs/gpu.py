@@ -5,7 +5,7 @@ A preset keeps the paper's recipe (global batch, learning rate, steps) and data-
 micro-batches a step is summed over (`grad_accum_steps`, same result, less memory) so that each GPU holds at most
 `max_rows` sequences at a time. Each config's `max_rows` is the largest micro-batch per GPU that compiled for H100s
 with at least 20% headroom in the share of memory JAX preallocates (75% of 80 GB: 59.3 GiB), see BENCHMARKS.md
-("GPU compile-only checks"); check another choice before renting GPUs with
+("Does it fit on GPUs?"); check another choice before renting GPUs with
 `python -m electra_jax.aot --config=configs/large.py:gpu:16 --topology=h100:2x8`.
 `model.dtype` stays 'auto': bfloat16 on a GPU.
 """

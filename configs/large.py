@@ -1,9 +1,9 @@
 """ELECTRA-Large as in the paper: 24 layers, H=E=1024, generator 1/4, lr 2e-4, batch 2048 x 512, mask 25%, 400k steps.
 
 Remat policy and accumulation chosen by compiling the step for a v3-64 (`python -m electra_jax.aot
---topology=v3:4x8`, BENCHMARKS.md "Remat policies for ELECTRA-Large"): without remat its 32 sequences of 512 per
-core at once need about 30 GiB, more than a v3 core's 16. In 4 micro-batches of 8 rows per core nothing needs to
-be recomputed: 11.95 GiB per core (25% headroom; a v4-64 chip: 17.3 of 32 GiB), 1.06x the model's FLOPs, an
+--topology=v3:4x8`, docs/history.md "Remat and accumulation for ELECTRA-Large"): without remat its 32 sequences of
+512 per core at once need about 30 GiB, more than a v3 core's 16. In 4 micro-batches of 8 rows per core nothing needs
+to be recomputed: 11.95 GiB per core (25% headroom; a v4-64 chip: 17.3 of 32 GiB), 1.06x the model's FLOPs, an
 estimated 1.09 s per step (53% MFU) against 1.28 s for `dots_no_batch` in 2 micro-batches and 1.41 s for full
 remat. The GPU presets keep full remat, the setting their H100 compiles chose.
 """

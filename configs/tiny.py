@@ -1,6 +1,6 @@
 """A CPU-sized ELECTRA for the quickstart: 4 layers, H=128, on the built-in corpus.
 
-Chosen by measurement on a 2-core CPU (BENCHMARKS.md, "tiny config"):
+Chosen by measurement on a 2-core CPU (docs/history.md, "Temperature 2 for the tiny config"):
 - bias-corrected Adam: ELECTRA's Adam has no bias correction, harmless after its 10k warm-up steps but, with a
   short warm-up, an effective step 3-6x the nominal one for the first hundreds of steps; without it the
   generator stalled at unigram statistics (gen_loss 5.8) where with it it kept improving (5.2 by step 400);

@@ -20,7 +20,7 @@ memory but no cost analysis, so there is no compiled FLOP count and no step-time
 says whether attention compiled to cuDNN's fused kernel (`__cudnn$fmha` custom calls).
 """
 
-# pylint: disable=g-import-not-at-top,wrong-import-position  (the environment must be set before jax is imported)
+# The environment must be set before jax is imported.
 
 import dataclasses
 import importlib.util
@@ -307,7 +307,8 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   m = c.model
   print(f'{topology}: {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}; jax {jax.__version__}; '
         f'model {m.num_layers} layers H={m.hidden_size} E={m.embedding_size} vocab={m.vocab_size} dtype={m.dtype} '
-        f'remat={m.remat} attention={m.attention}; batch {c.batch_size} x {c.data.max_seq_length}, grad_accum_steps {c.grad_accum_steps}',
+        f'remat={m.remat} attention={m.attention}; batch {c.batch_size} x {c.data.max_seq_length}, '
+        f'grad_accum_steps {c.grad_accum_steps}',
         flush=True)
   reports = [pretraining_report(c, mesh)]
   print(format_report(reports[0], hw), flush=True)

@@ -280,7 +280,7 @@ def load_config(workdir) -> config_lib.TrainConfig:
   values = json.loads(path.read_text())
   vocab_size = None
   if not values.get('model', {}).get('vocab_size'):
-    from electra_jax.data import tokenizer  # pylint: disable=g-import-not-at-top  (only runs' configs need it)
+    from electra_jax.data import tokenizer  # noqa: PLC0415  (only runs' configs need it)
     vocab_size = tokenizer.load(workdir).vocab_size
   return config_lib.load(values, vocab_size=vocab_size)
 

@@ -142,6 +142,10 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
     print(f'error: {e}', file=sys.stderr)
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     print(f'error: {fileio.describe(e)}', file=sys.stderr)
+  except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
+    print('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
+          file=sys.stderr)
+    sys.exit(130)  # the shell's status for a SIGINT
   sys.exit(1)
 
 

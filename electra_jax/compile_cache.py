@@ -1,6 +1,6 @@
 """JAX's persistent compilation cache, on by default: a rerun, a resume or another fine-tuning seed of the same
 shapes loads the compiled step from disk instead of compiling it again (on a 2-core CPU the tiny config's train
-step takes ~30 s to compile; see BENCHMARKS.md, "Time to the first step").
+step takes ~30 s to compile; see BENCHMARKS.md, "How long to the first step?").
 
 The cache lives in DATA_CACHE/jax (DATA_CACHE: `data.cache_dir`, else $ELECTRA_JAX_CACHE, else
 ~/.cache/electra_jax). ELECTRA_JAX_COMPILATION_CACHE=0 turns it off; a directory the user already gave JAX

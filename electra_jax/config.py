@@ -117,7 +117,7 @@ def for_this_platform(model) -> dict[str, str]:
   resolved = [for_platform(model, platform) for platform in ('cpu', 'gpu', 'tpu')]
   if all(r == resolved[0] for r in resolved):
     return resolved[0]
-  import jax  # pylint: disable=g-import-not-at-top  (only here: the rest of this module is plain Python)
+  import jax  # noqa: PLC0415  (only here: the rest of this module is plain Python)
   return for_platform(model, jax.default_backend())
 
 

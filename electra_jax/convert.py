@@ -301,14 +301,14 @@ def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
   if safetensors_file.is_file():
     with fileio.local_file(safetensors_file) as local:
       try:
-        from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+        from safetensors.numpy import load_file  # noqa: PLC0415
         return load_file(local)
       except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
-        from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
+        from safetensors.torch import load_file  # noqa: PLC0415
         return {k: v.float().numpy() for k, v in load_file(local).items()}
   if torch_file.is_file():
     try:
-      import torch  # pylint: disable=g-import-not-at-top
+      import torch  # noqa: PLC0415
     except ImportError:
       raise ConversionError(f'{torch_file} is a PyTorch pickle, which needs torch to read: pip install torch, '
                             'or give a directory with model.safetensors') from None
@@ -382,7 +382,7 @@ def params_from_tf(model: ModelConfig, weights: dict[str, np.ndarray], *, seed: 
 def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
   """The model variables of a TF checkpoint (a prefix like model.ckpt-1000000, or its directory)."""
   try:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # noqa: PLC0415
   except ImportError:
     raise ConversionError("reading Google's original TF checkpoints needs TensorFlow, which is not installed: "
                           'pip install tensorflow') from None
@@ -512,7 +512,7 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
 
 def export_hf(workdir: str, out: str, *, step: int | None = None):
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
-  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save  # noqa: PLC0415
   config, params = checkpoint.load_params(workdir, step)
   if config.model.tying not in ('embeddings', 'gdes'):  # gdes: the delta is folded into the discriminator
     raise ConversionError(

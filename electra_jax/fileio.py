@@ -291,7 +291,7 @@ def cache_path(cache_dir: str, location: str) -> str:
 
 def _crc32c(local: str) -> str:
   """The base64 CRC32C of a local file, as Cloud Storage reports it for an object."""
-  import google_crc32c  # pylint: disable=g-import-not-at-top  (installed with gcsfs)
+  import google_crc32c  # noqa: PLC0415  (installed with gcsfs)
   checksum = google_crc32c.Checksum()
   with open(local, 'rb') as f:
     for block in iter(lambda: f.read(COPY_BLOCK), b''):

@@ -107,7 +107,7 @@ def train_flops_per_step(c: TrainConfig) -> float:
   step = pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
                                     objective=c.objective.name)
   if c.objective.name == 'electra_frozen':
-    from electra_jax import frozen  # pylint: disable=g-import-not-at-top  (it reads checkpoints: above this module)
+    from electra_jax import frozen  # noqa: PLC0415  (it reads checkpoints: above this module)
     step += frozen.forward_flops_per_step(c, *frozen.generator_run(c))
   return step
 

@@ -106,7 +106,7 @@ def initial_state(c: TrainConfig, run, state, tokenizer=None):
     return state
   path = c.objective.generator_checkpoint
   if tokenizer is not None:
-    from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from electra_jax.data import tokenizer as tokenizer_lib  # noqa: PLC0415
     if tokenizer_lib.load(path).fingerprint != tokenizer.fingerprint:
       raise ConfigError(f'this run\'s tokenizer is not that of objective.generator_checkpoint {path}: the '
                         f'generator\'s embeddings are indexed by its own; set data.tokenizer={path}')

@@ -83,7 +83,7 @@ def devices(topology: str) -> list:
   if importlib.util.find_spec('jax_cuda12_plugin') is None:
     raise ConfigError('the CUDA plugin is not installed: pip install "jax[cuda12]==<your jax version>" (about '
                       '3 GiB of NVIDIA wheels; no GPU needed)')
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  from jax.experimental import topologies  # noqa: PLC0415
   try:
     topo = topologies.get_topology_desc(platform='cuda', target_config=target_config(gpu),
                                         topology=f'1x{nodes}x{per_node}')

@@ -32,7 +32,7 @@ CONTROL, USER_DEFINED = 3, 4
 
 
 def _sentencepiece(tokenizer: SentencePieceTokenizer) -> tokenizers.Tokenizer:
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
   proto = sentencepiece_model_pb2.ModelProto()
   proto.ParseFromString(tokenizer.model_bytes)
   pieces = [(p.piece, p.score) for p in proto.pieces]

@@ -1,10 +1,20 @@
-r"""The one entry point: flags and dispatch only.
+r"""Pre-train an ELECTRA text encoder, fine-tune it on a task, or predict with the fine-tuned model.
 
   python -m electra_jax.main --config=configs/tiny.py --workdir=WORKDIR [--config.train_steps=100]
   python -m electra_jax.main --config=configs/finetune.py --config.task=rte --config.init_checkpoint=WORKDIR \
       --workdir=RTE_WORKDIR
   python -m electra_jax.main --config=configs/finetune.py --config.predict_input=FILE --workdir=RTE_WORKDIR
   python -m electra_jax.main --config=configs/small.py --show_config   # every key, its value and its comment
+
+The configs (override any key with --config.KEY=VALUE):
+  configs/tiny.py       4 layers, H=128: a CPU, minutes, on the built-in corpus (the quickstart)
+  configs/small.py      ELECTRA-Small (paper): 12 layers, H=256
+  configs/base.py       ELECTRA-Base (paper): 12 layers, H=768
+  configs/large.py      ELECTRA-Large (paper): 24 layers, H=1024
+                        (each scale also as NAME.py:gpu for a node of 8 GPUs, NAME.py:gpu:N for N GPUs)
+  configs/finetune.py   fine-tuning and prediction: a GLUE task, SQuAD or a task directory
+  configs/default.py    every pre-training key with its default
+Everything a run writes goes to --workdir; running the same command again resumes it.
 """
 
 from absl import app, flags, logging

@@ -37,7 +37,7 @@ class MetricsWriter:
     self.jsonl = self.tensorboard = self.staging = None
     if not self.active:
       return
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    from tensorboardX import SummaryWriter  # noqa: PLC0415
     self.staging = fileio.Staging(workdir, fetch=['metrics.jsonl'])
     path = self.staging.local / 'metrics.jsonl'
     if path.exists():

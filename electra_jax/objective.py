@@ -106,7 +106,7 @@ def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=
   By inverse CDF: one uniform u in (0, 1] per position, and the sample is the first id whose cumulative
   probability reaches u (counted as the ids whose cumulative probability stays below it). The official code draws
   the same distribution with Gumbel noise and an argmax, which needs a random number per vocabulary entry: on CPU
-  that noise was 16% of ELECTRA-Small's step (BENCHMARKS.md, "Where the ELECTRA-Small step's CPU time goes"). An id
+  that noise was 16% of ELECTRA-Small's step (docs/history.md, "Sampling and dropout on a CPU"). An id
   of probability 0 is never drawn, since u > 0. In float32 whatever the model's dtype: a bf16 sum over 30k ids
   would round away the small probabilities.
   """

@@ -2,8 +2,10 @@
 
   python -m electra_jax.plot WORKDIR [WORKDIR ...] --output=curves.png [--metrics=loss,disc_recall] [--x=train_flops]
 
-One panel per metric, one line per run. A WORKDIR is a run's directory (its metrics.jsonl), a metrics.jsonl file,
-or a directory whose subdirectories hold one each (e.g. one per fine-tuning seed): each becomes a line.
+One panel per metric, one line per run; a run's held-out curve (`eval_METRIC`, logged every `eval_every` steps) is
+drawn dashed in the panel of METRIC, in the run's colour. A WORKDIR is a run's directory (its metrics.jsonl), a
+metrics.jsonl file, or a directory whose subdirectories hold one each (e.g. one per fine-tuning seed): each becomes
+a line.
 Errors print one line `error: ...` and exit with status 1.
 """
 
@@ -20,9 +22,10 @@ from electra_jax import fileio
 METRICS_FILE = 'metrics.jsonl'
 # What a pre-training run's panels show, in this order, when the runs logged them (see the README's Outputs).
 DEFAULT_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy', 'disc_recall',
-                   'disc_precision', 'disc_prob_replaced', 'disc_prob_original', 'learning_rate')
+                   'disc_precision', 'disc_prob_replaced', 'disc_prob_original', 'eval_disc_auc', 'learning_rate')
+HELD_OUT = 'eval_'  # the held-out counterpart of metric M is eval_M: drawn in M's panel
 # Not curves: the x axes, and counters.
-NOT_METRICS = ('step', 'train_flops', 'tokens_per_second', 'seed')
+NOT_METRICS = ('step', 'train_flops', 'tokens_per_second', 'seed', 'eval_seconds')
 
 
 class PlotError(ValueError):
@@ -80,7 +83,8 @@ def choose_metrics(runs: dict[str, list[dict]], wanted: list[str] | None = None)
     if missing:
       raise PlotError(f'no run logged {", ".join(missing)}; they logged {", ".join(sorted(logged))}')
     return list(wanted)
-  return [m for m in DEFAULT_METRICS if m in logged] or sorted(logged)
+  own_panel = {m for m in logged if not (m.startswith(HELD_OUT) and m[len(HELD_OUT):] in logged)}
+  return [m for m in DEFAULT_METRICS if m in logged] or sorted(own_panel)
 
 
 def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', columns: int = 3) -> Figure:
@@ -90,18 +94,29 @@ def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', colum
   axes = figure.subplots(rows, min(columns, len(metrics)), squeeze=False).ravel()
   for ax, metric in zip(axes, metrics):
     for label, records in runs.items():
-      points = [(r[x], r[metric]) for r in records if x in r and isinstance(r.get(metric), (int, float))]
+      points = _points(records, x, metric)
+      held_out = [] if metric.startswith(HELD_OUT) else _points(records, x, HELD_OUT + metric)
+      color = None
       if points:
-        ax.plot(*zip(*points), label=label, linewidth=1.2)
+        color = ax.plot(*zip(*points), label=label, linewidth=1.2)[0].get_color()
+      if held_out:
+        ax.plot(*zip(*held_out), '--', color=color, label=f'{label} (held-out)', linewidth=1.2)
     ax.set_title(metric)
     ax.set_xlabel(x)
     ax.grid(alpha=0.3)
   for ax in axes[len(metrics):]:
     ax.set_visible(False)
-  if len(runs) > 1:
-    handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc='outside upper center', ncols=min(len(runs), 4), fontsize='small')
+  handles = {}  # every line's label once, from whichever panel has it
+  for ax in axes[:len(metrics)]:
+    handles.update(zip(*reversed(ax.get_legend_handles_labels())))
+  if len(handles) > 1:
+    figure.legend(list(handles.values()), list(handles), loc='outside upper center', ncols=min(len(handles), 4),
+                  fontsize='small')
   return figure
+
+
+def _points(records: list[dict], x: str, metric: str) -> list[tuple[float, float]]:
+  return [(r[x], r[metric]) for r in records if x in r and isinstance(r.get(metric), (int, float))]
 
 
 def main(argv=None):

@@ -22,7 +22,7 @@ def is_chief() -> bool:
   needs none, announces its stages too. jax has no public way to ask that does not start the backend, hence the
   private global_state; tests/test_report.py pins it (test_is_chief_reads_jax_without_starting_a_backend)."""
   try:
-    from jax._src import distributed  # pylint: disable=g-import-not-at-top
+    from jax._src import distributed  # noqa: PLC0415
     return distributed.global_state.process_id == 0
   except (ImportError, AttributeError):  # another jax: ask it
     return jax.process_index() == 0

@@ -160,3 +160,11 @@ def pytest_collection_modifyitems(items):
   for item in items:
     if item.get_closest_marker('faults') or item.get_closest_marker('multihost'):
       item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def online(monkeypatch):
+  """tfds's download host counts as reachable (finetune.tasks checks it before a download): for tests whose tfds
+  data is mock data or fixture files, which stand in for the network."""
+  from electra_jax.finetune import tasks  # noqa: PLC0415  (only the tests that use tfds need it)
+  monkeypatch.setattr(tasks, '_check_download_host', lambda *args: None)

@@ -239,8 +239,8 @@ def hf_models(embedding_size, hidden, gen_hidden, gen_layers, *, seed=0, layers=
   Every weight is perturbed so that LayerNorm scales, biases and the LM bias are not the constants 1 and 0
   (a swapped or missing mapping then changes the logits). Needs torch and transformers (the test extra).
   """
-  import torch  # pylint: disable=g-import-not-at-top  (only the conversion tests need it)
-  import transformers  # pylint: disable=g-import-not-at-top
+  import torch  # noqa: PLC0415  (only the conversion tests need it)
+  import transformers  # noqa: PLC0415
   torch.manual_seed(seed)
   common = dict(vocab_size=len(WORDPIECE_VOCAB), embedding_size=embedding_size, max_position_embeddings=32,
                 type_vocab_size=2, hidden_act='gelu', initializer_range=0.1)

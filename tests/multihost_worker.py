@@ -14,11 +14,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
 
-from electra_jax import metrics as metrics_lib, sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
-from electra_jax.checkpoint import Checkpointer  # pylint: disable=g-import-not-at-top,wrong-import-position
-import scale_setup as setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+from electra_jax import metrics as metrics_lib, sharding
+from electra_jax.checkpoint import Checkpointer
+import scale_setup as setup
 
 MESH = (2, 2, 1)  # data across the two processes, FSDP within each
 

@@ -129,6 +129,7 @@ def test_plain_runs_do_not_probe_for_a_tpu():
   # Not the settings the tests or electra_jax.aot (imported above) made for this process.
   env = {k: v for k, v in os.environ.items()
          if k not in ('JAX_PLATFORMS', 'XLA_FLAGS', 'ALLOW_MULTIPLE_LIBTPU_LOAD') and not k.startswith('TPU_')}
-  done = subprocess.run([sys.executable, '-c', 'from electra_jax import cli; import jax; cli.setup(); print(jax.default_backend())'], env=env,
-                        capture_output=True, text=True, check=True, timeout=120)
+  program = 'from electra_jax import cli; import jax; cli.setup(); print(jax.default_backend())'
+  done = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True, check=True,
+                        timeout=120)
   assert done.stdout.strip() == 'cpu' and done.stderr == ''

@@ -11,7 +11,6 @@ import pytest
 # Hugging Face conversion imports cannot load with, so it is not part of the test extra.
 pytest.importorskip('apache_beam', reason='Apache Beam is not installed (pip install -e ".[beam]")')
 
-# pylint: disable=wrong-import-position
 from electra_jax import data, fileio
 from electra_jax.data import DataError, beam_build, build, corpus
 from electra_jax.data import examples as examples_lib

@@ -156,7 +156,7 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
   assert '| mlm |' in pretraining and '| - (no discriminator) | 6 |' in pretraining  # one row per run
   with open(os.path.join(workdir, 'compare.png'), 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
-  from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's dependency)
+  from PIL import Image  # noqa: PLC0415  (matplotlib's dependency)
   with Image.open(os.path.join(workdir, 'compare.png')) as image:
     image.verify()
 

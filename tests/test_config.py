@@ -91,7 +91,7 @@ def test_all_configs_found():
 
 
 def test_finetune_config_loads_and_validates():
-  from electra_jax.finetune import config as finetune_config  # pylint: disable=g-import-not-at-top
+  from electra_jax.finetune import config as finetune_config  # noqa: PLC0415
   c = finetune_config.load(importlib.import_module('configs.finetune').get_config())
   assert isinstance(c, finetune_config.FinetuneConfig)
   assert c.optimizer.warmup_fraction == 0.1 and c.optimizer.weight_decay == 0.01  # the paper's fine-tuning
@@ -297,5 +297,5 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_key_type_and_value(overrid
 
 def test_rules_with_the_old_batch_name_are_refused():
   """A config from before the activation_* names would leave the batch unsplit without a word: refused instead."""
-  with pytest.raises(config_lib.ConfigError, match="activation_batch"):
+  with pytest.raises(config_lib.ConfigError, match='activation_batch'):
     config_lib.MeshConfig(rules=(('batch', ('data', 'fsdp')), ('embed', 'fsdp')))

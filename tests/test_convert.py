@@ -13,13 +13,13 @@ from flax import traverse_util
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import checkpoint, convert, masking, objective, sharding  # pylint: disable=g-import-not-at-top
-from electra_jax.config import ModelConfig, ObjectiveConfig
-from electra_jax.model import Electra
-from electra_jax.train_step import Pretraining
-from helpers import CONVERT_MODEL, SPECIAL, random_params  # pylint: disable=g-bad-import-order,g-import-not-at-top
-from helpers import HF_SIZES as SIZES, WORDPIECE_VOCAB as VOCAB  # pylint: disable=g-import-not-at-top
-from helpers import hf_models, save_hf, write_tokenizer_files  # pylint: disable=g-import-not-at-top
+from electra_jax import checkpoint, convert, masking, objective, sharding  # noqa: E402
+from electra_jax.config import ModelConfig, ObjectiveConfig  # noqa: E402
+from electra_jax.model import Electra  # noqa: E402
+from electra_jax.train_step import Pretraining  # noqa: E402
+from helpers import CONVERT_MODEL, SPECIAL, random_params  # noqa: E402  # pylint: disable=g-bad-import-order
+from helpers import HF_SIZES as SIZES, WORDPIECE_VOCAB as VOCAB  # noqa: E402
+from helpers import hf_models, save_hf, write_tokenizer_files  # noqa: E402
 
 # Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
 pytestmark = pytest.mark.slow
@@ -283,7 +283,7 @@ def test_tf_names_follow_google_checkpoints_and_invert():
 
 def test_from_tf_without_tensorflow_says_how_to_install_it(tmp_path, capsys):
   try:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow  # noqa: F401, PLC0415
     pytest.skip('tensorflow is installed')
   except ImportError:
     pass

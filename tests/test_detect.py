@@ -86,7 +86,7 @@ def test_long_text_is_cut_to_the_position_table(own_run):
 def test_imported_wordpiece_checkpoint_matches_transformers(tmp_path, capsys, tokenizer_file):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
-  from electra_jax import convert  # pylint: disable=g-import-not-at-top
+  from electra_jax import convert  # noqa: PLC0415
   vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'chef', 'ate', 'meal', 'a', '##s', '!']
   torch.manual_seed(0)
   common = dict(vocab_size=len(vocab), embedding_size=16, max_position_embeddings=24, initializer_range=0.5)

@@ -54,7 +54,8 @@ def test_held_out_documents_are_never_trained_on(tmp_path, cache_dir):
       found.update('mark' + m for m in MARKER.findall(tokenizer.decode([i for i in ids if i > 4])))
     return found
 
-  trained, evaluated = markers(data.load_examples(config, tokenizer)), markers(data.load_eval_examples(config, tokenizer))
+  trained = markers(data.load_examples(config, tokenizer))
+  evaluated = markers(data.load_eval_examples(config, tokenizer))
   assert not trained & held_out
   assert evaluated <= held_out and len(evaluated) > 0.9 * len(held_out)
   assert len(trained) > 0.9 * (150 - len(held_out))

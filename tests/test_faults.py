@@ -234,7 +234,7 @@ def _unshare_works() -> bool:
 # Run inside `unshare -rm` with argv [mount point, JSON command]: mounts a 32 MB tmpfs, starts the run, fills the
 # disk (64 KB left) once checkpoint 2 is complete, waits for the run to fail, frees the space, runs the same
 # command again, and prints what happened as JSON (the tmpfs is gone for the test once this process exits).
-_DISK_FULL_DRIVER = r'''
+_DISK_FULL_DRIVER = r"""
 import json, os, subprocess, sys, time
 mount, command = sys.argv[1], json.loads(sys.argv[2])
 subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=32m', 'tmpfs', mount], check=True)
@@ -258,15 +258,15 @@ with open(os.path.join(mount, 'run', 'metrics.jsonl')) as f:
   metrics = f.read()
 print(json.dumps({'first': [first.returncode, first_err], 'complete': complete,
                   'second': [second.returncode, second.stderr], 'metrics': metrics}))
-'''
+"""
 
 
 def test_unretrieved_failed_writes_are_not_printed_after_the_error_line(capfd):
   """tensorstore's write futures that failed on a full disk are collected at exit, when asyncio reports each one with
   no traceback; the error was already raised to the checkpointer and said in one line, so nothing more is printed."""
-  import asyncio  # pylint: disable=g-import-not-at-top
-  import gc  # pylint: disable=g-import-not-at-top
-  import logging  # pylint: disable=g-import-not-at-top
+  import asyncio  # noqa: PLC0415
+  import gc  # noqa: PLC0415
+  import logging  # noqa: PLC0415
   checkpoint.quiet_failures()  # what every command's cli.run sets up
   logging.getLogger('asyncio').addHandler(handler := logging.StreamHandler())
   try:
@@ -418,10 +418,10 @@ def test_a_run_that_trains_nothing_leaves_config_json_alone(tmp_path, corpus_fil
 
 
 def test_compare_names_the_key_it_reads(tmp_path):
-  from configs.experiments import compare_cpu  # pylint: disable=g-import-not-at-top
+  from configs.experiments import compare_cpu  # noqa: PLC0415
   config = compare_cpu.get_config()
   config.pretrain.data.source = str(tmp_path / 'missing' / '*.txt')
-  with pytest.raises(data.DataError, match=r"no text files found at pretrain\.data\.source=.*leave it empty"):
+  with pytest.raises(data.DataError, match=r'no text files found at pretrain\.data\.source=.*leave it empty'):
     compare.plan(config)
 
 
@@ -498,7 +498,7 @@ def test_command_line_mistakes_are_one_line(tmp_path, corpus_file, cache_dir, br
 @pytest.mark.parametrize('config_file', ['configs/tiny.py', 'configs/finetune.py',
                                          'configs/experiments/compare_cpu.py'])
 def test_show_config_gives_every_key_its_value_and_comment(config_file):
-  import runpy  # pylint: disable=g-import-not-at-top
+  import runpy  # noqa: PLC0415
   values = runpy.run_path(os.path.join(REPO, config_file))['get_config']()
   lines = cli.show_config(values, os.path.join(REPO, config_file)).splitlines()[1:]
   keys = [key for key, _ in cli.flat_keys(values)]

@@ -122,7 +122,7 @@ def test_glue_skips_a_few_stray_tab_lines_as_the_official_reader_does(tmp_path, 
   (qqp / 'train.tsv').write_text('\n'.join([header] + rows) + '\n', encoding='utf-8')
   examples = tasks.read(tasks.get_task('qqp', glue_dir=str(tmp_path)), 'train')
   assert len(examples) == 200 and examples[100].guid == '100'  # the bad line (file line 102) is the only one left out
-  assert "QQP/train.tsv: skipped 1 line(s) with a number of columns other than 6, as the official ELECTRA reader " \
+  assert 'QQP/train.tsv: skipped 1 line(s) with a number of columns other than 6, as the official ELECTRA reader ' \
          'does (line 102)' in capsys.readouterr().err
   # Three bad lines in 203 is more than 1%: not GLUE's file, refused.
   rows[5:5] = ['only\tthree\tcolumns', 'two\tcolumns']

@@ -10,6 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from electra_jax.config import ConfigError
+from electra_jax.data import DataError
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import features, predict, squad, tasks
 from electra_jax.finetune.config import SquadConfig
@@ -78,7 +79,7 @@ def test_unknown_task_is_a_clear_error(tmp_path):
     tasks.get_task(str(tmp_path))
 
 
-def test_glue_from_tfds_mock_data():
+def test_glue_from_tfds_mock_data(online):
   with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
     cola = tasks.read(tasks.get_task('CoLA'), 'validation')
     mnli = tasks.get_task('mnli')
@@ -90,7 +91,7 @@ def test_glue_from_tfds_mock_data():
   assert [s.submission for s in mnli.test_splits] == ['MNLI-m.tsv', 'MNLI-mm.tsv']
 
 
-def test_squad_from_tfds_mock_data():
+def test_squad_from_tfds_mock_data(online):
   with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
     v1 = tasks.read(tasks.get_task('squad_v1'), 'validation')
     v2 = tasks.read(tasks.get_task('squad_v2'), 'train')
@@ -107,7 +108,7 @@ def _downloaded(self, url_or_urls):
   return GLUE_DIR
 
 
-def test_tfds_prepares_glue_and_squad_without_tensorflow(tmp_path):
+def test_tfds_prepares_glue_and_squad_without_tensorflow(tmp_path, online):
   """The real tfds route (dataset preparation included: importlib_resources, array_record writing) on the
   downloaded files, network replaced by the fixtures; it reads what our own GLUE/SQuAD file readers read."""
   data_dir = str(tmp_path / 'tfds')
@@ -119,6 +120,36 @@ def test_tfds_prepares_glue_and_squad_without_tensorflow(tmp_path):
     from_tfds = tasks.read(tasks.get_task('squad_v1'), 'train', data_dir=data_dir)
   from_files = tasks.read(tasks.get_task('squad_v1', squad_dir=SQUAD_DIR), 'train')
   assert sorted(from_tfds, key=_guid) == sorted(from_files, key=_guid)
+
+
+@pytest.mark.parametrize('name, host', [('rte', 'dl.fbaipublicfiles.com'), ('squad_v1', 'rajpurkar.github.io')])
+def test_an_unprepared_task_fails_at_once_when_offline(name, host, tmp_path, monkeypatch):
+  """Offline, a task by name stops before tfds's downloader (which retries for minutes), naming the flag to give;
+  a task tfds has prepared already needs no network."""
+  tried = []
+
+  def unreachable(address, timeout):
+    tried.append((address, timeout))
+    raise OSError(101, 'Network is unreachable')
+
+  monkeypatch.setattr(tasks.socket, 'create_connection', unreachable)
+  monkeypatch.delenv('https_proxy', raising=False)
+  monkeypatch.delenv('HTTPS_PROXY', raising=False)
+  with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', side_effect=AssertionError):
+    with pytest.raises(DataError) as error:
+      tasks.read(tasks.get_task(name), 'train', data_dir=str(tmp_path / 'tfds'))
+  assert tried == [((host, 443), 5.0)]
+  message = str(error.value)
+  assert f'{host} is unreachable (Network is unreachable)' in message and 'downloads it once' in message
+  assert ('--config.squad_dir=DIR' if name.startswith('squad') else '--config.glue_dir=DIR') in message
+  # Prepared (here from the fixture files, as if online), it reads without the network.
+  check = tasks._check_download_host  # pylint: disable=protected-access
+  monkeypatch.setattr(tasks, '_check_download_host', lambda *args: None)
+  with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract', _downloaded):
+    tasks.read(tasks.get_task(name), 'validation', data_dir=str(tmp_path / 'tfds'))
+  monkeypatch.setattr(tasks, '_check_download_host', check)
+  assert tasks.read(tasks.get_task(name), 'validation', data_dir=str(tmp_path / 'tfds'))
+  assert len(tried) == 1  # not asked again
 
 
 def _guid(example):

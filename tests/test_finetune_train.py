@@ -22,8 +22,9 @@ from electra_jax.trainer import TrainingError
 from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
 from helpers import keyword_free_sentence, make_tsv_task, override
 
-# Many runs here share one tiny model: with a persistent compilation cache they compile it once.
-pytestmark = pytest.mark.usefixtures('compile_once')
+# Many runs here share one tiny model: with a persistent compilation cache they compile it once. tfds's data here is
+# mock data: no download (`online`).
+pytestmark = pytest.mark.usefixtures('compile_once', 'online')
 
 ANIMALS = ('cat', 'dog', 'bird')
 
@@ -216,8 +217,8 @@ def test_glue_submission_files(tmp_path):
 
 
 def test_main_dispatches_the_finetune_and_predict_modes():
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from electra_jax import main  # pylint: disable=g-import-not-at-top,unused-import  (defines the flags)
+  from absl import flags  # noqa: PLC0415
+  from electra_jax import main  # noqa: F401, PLC0415  (defines the flags)
   assert {'pretrain', 'finetune', 'predict'} <= set(flags.FLAGS['mode'].parser.enum_values)
 
 
@@ -240,7 +241,7 @@ def test_glue_sst2_and_rte_directories_fine_tune_end_to_end(tmp_path, corpus_fil
 
 
 def test_an_unknown_dev_label_is_one_clear_line_before_training(tmp_path, corpus_file, cache_dir, capsys):
-  from electra_jax import cli  # pylint: disable=g-import-not-at-top
+  from electra_jax import cli  # noqa: PLC0415
   directory = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
   with open(os.path.join(directory, 'dev.tsv'), 'a', encoding='utf-8') as f:
     f.write('neutral\tthe cat sat\n')  # line 12: the header, 10 rows, then this one

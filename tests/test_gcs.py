@@ -331,7 +331,7 @@ def test_gcs_errors_are_one_line_and_lose_nothing(runs, forbidden_gcs_environmen
   with pytest.raises(SystemExit):
     detect.main(['--checkpoint', damaged, 'the cat'])
   error = capsys.readouterr().err.strip()
-  assert '\n' not in error and error.startswith('error: checkpoint 8 in ') and "Other steps: 3, 4" in error
+  assert '\n' not in error and error.startswith('error: checkpoint 8 in ') and 'Other steps: 3, 4' in error
 
   trainer.train(runs.config, damaged)
   assert f'checkpoint 8 in {damaged}/checkpoints cannot be read' in capsys.readouterr().err

@@ -120,11 +120,11 @@ def test_gdes_needs_a_generator_and_a_detector():
 def test_export_folds_the_delta_and_fine_tuning_reads_it(tmp_path):
   transformers = pytest.importorskip('transformers')
   pytest.importorskip('torch')
-  from test_convert import (MODEL_SECTION, example_batch, hf_logits, our_logits,  # pylint: disable=g-import-not-at-top
+  from test_convert import (MODEL_SECTION, example_batch, hf_logits, our_logits,  # noqa: PLC0415
                             random_workdir)
   model, params = random_workdir(tmp_path / 'ours', {**MODEL_SECTION, 'tying': 'gdes'})
   assert np.any(params['discriminator']['embeddings_delta']['word_embeddings']['embedding'])  # random, not zero
-  from electra_jax import convert  # pylint: disable=g-import-not-at-top
+  from electra_jax import convert  # noqa: PLC0415
   convert.main(['--checkpoint', str(tmp_path / 'ours'), '--to-hf', str(tmp_path / 'hf')])
   disc_dir, gen_dir = str(tmp_path / 'hf' / 'discriminator'), str(tmp_path / 'hf' / 'generator')
   disc, info = transformers.ElectraForPreTraining.from_pretrained(disc_dir, output_loading_info=True)

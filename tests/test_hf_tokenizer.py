@@ -6,9 +6,9 @@ import pytest
 
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import convert, hf_tokenizer  # pylint: disable=g-import-not-at-top
-from electra_jax.data import tokenizer as tokenizer_lib
-from helpers import CONVERT_MODEL, random_params  # pylint: disable=g-bad-import-order
+from electra_jax import convert, hf_tokenizer  # noqa: E402
+from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402
+from helpers import CONVERT_MODEL, random_params  # noqa: E402  # pylint: disable=g-bad-import-order
 
 # Words with accents, capitals, digits, punctuation and a few scripts; rare characters fall outside SentencePiece's
 # character coverage and become [UNK].

@@ -190,8 +190,8 @@ def test_property_no_token_lost_but_the_official_cut(max_length, lengths, seed):
 
 @pytest.fixture(scope='module')
 def real_tokenizer(tmp_path_factory):
-  from helpers import make_corpus  # pylint: disable=g-import-not-at-top
-  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from helpers import make_corpus  # noqa: PLC0415
+  from electra_jax.data import tokenizer as tokenizer_lib  # noqa: PLC0415
   corpus = make_corpus(tmp_path_factory.mktemp('corpus') / 'c.txt', documents=30)
   with open(corpus, encoding='utf-8') as f:
     return tokenizer_lib.train(f.read().splitlines(), str(tmp_path_factory.mktemp('spm')), vocab_size=60)

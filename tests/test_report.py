@@ -66,6 +66,27 @@ def test_plot_overlays_runs_one_panel_per_metric(tmp_path, capsys):
   assert capsys.readouterr().out == f'wrote {output}: 3 metrics of 2 run(s)\n'
 
 
+def test_plot_draws_the_held_out_curves_dashed_beside_the_training_ones(tmp_path):
+  """eval_* metrics (held-out evaluation, on the training line or a line of their own) join their metric's panel."""
+  records = [{'step': s, 'loss': 10.0 - s, 'disc_recall': 0.1 * s} for s in (1, 2, 3, 4)]
+  records[1].update(eval_loss=8.5, eval_disc_recall=0.0, eval_disc_auc=0.6, eval_seconds=2.0)
+  records.append({'step': 4, 'eval_loss': 7.5, 'eval_disc_recall': 0.25, 'eval_disc_auc': 0.75, 'eval_seconds': 1.0})
+  runs = {'a': plot.read_metrics(os.path.join(_write_metrics(tmp_path / 'a', records), 'metrics.jsonl'))}
+  metrics = plot.choose_metrics(runs)
+  assert metrics == ['loss', 'disc_recall', 'eval_disc_auc']  # eval_loss and eval_disc_recall: in those panels
+  panels = [ax for ax in plot.plot(runs, metrics).axes if ax.get_visible()]
+  (train, held_out), = [panels[0].get_lines()]
+  assert list(train.get_xdata()) == [1, 2, 3, 4] and list(held_out.get_xdata()) == [2, 4]
+  assert list(held_out.get_ydata()) == [8.5, 7.5] and held_out.get_linestyle() == '--'
+  assert held_out.get_color() == train.get_color() and held_out.get_label() == 'a (held-out)'
+  assert list(panels[2].get_lines()[0].get_ydata()) == [0.6, 0.75] and len(panels[2].get_lines()) == 1
+  # Asked for by name, a held-out metric is a panel of its own.
+  assert plot.choose_metrics(runs, ['eval_loss']) == ['eval_loss']
+  # A run without training metrics of the usual names (fine-tuning): eval_M still goes to M's panel.
+  tuned = {'t': [{'step': 1, 'accuracy': 0.5, 'eval_accuracy': 0.4}, {'step': 2, 'accuracy': 0.7}]}
+  assert plot.choose_metrics(tuned) == ['accuracy']
+
+
 def test_plot_reads_a_directory_of_seeds_and_labels_runs_apart(tmp_path):
   for seed in (0, 1):
     _write_metrics(tmp_path / 'x' / 'rte' / f'seed_{seed}', [{'step': 1, 'loss': 1.0}])
@@ -103,6 +124,18 @@ def test_is_chief_reads_jax_without_starting_a_backend():
   """report.is_chief reads jax's private jax._src.distributed.global_state (no public call gives the process id
   without starting the backend): this fails when a jax upgrade moves it, and is_chief would fall back to
   jax.process_index()."""
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  from jax._src import distributed  # noqa: PLC0415
   assert distributed.global_state.process_id == 0
   assert report.is_chief()
+
+
+def test_help_says_what_the_command_does_and_lists_every_config():
+  """`python -m electra_jax.main --help` prints this docstring (test_config checks it is printed)."""
+  from electra_jax import main  # noqa: PLC0415  (defines the flags: only this test needs them)
+  usage = main.__doc__
+  assert usage.splitlines()[0].startswith('Pre-train an ELECTRA text encoder, fine-tune it')
+  configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+  runnable = sorted(f'configs/{name}' for name in os.listdir(configs)
+                    if name.endswith('.py') and name not in ('__init__.py', 'gpu.py'))  # gpu.py: the :gpu presets
+  assert runnable and all(name in usage for name in runnable), runnable
+  assert 'NAME.py:gpu' in usage

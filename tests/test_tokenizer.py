@@ -3,12 +3,17 @@
 import os
 import pickle
 import random
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import hypothesis
 from hypothesis import strategies as st
 import pytest
 
+from electra_jax import cli, data
 from electra_jax.data import DataError, corpus
 from electra_jax.data import tokenizer as tokenizer_lib
 
@@ -67,7 +72,7 @@ def test_vocab_without_special_tokens(tmp_path):
 
 
 def test_sentencepiece_without_special_tokens(lines, tmp_path):
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # noqa: PLC0415
   spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'plain'),
                                  vocab_size=60, minloglevel=2)
   with pytest.raises(DataError, match='lacks the special tokens'):
@@ -88,7 +93,7 @@ def test_bad_tokenizer_paths(tmp_path):
 
 def _tokenizer_json(path, model):
   """A Hugging Face tokenizer.json with `model` (the `tokenizers` library's own serialisation)."""
-  from tokenizers import Tokenizer, normalizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer, normalizers  # noqa: PLC0415
   tokenizer = Tokenizer(model)
   tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
   tokenizer.save(str(path))
@@ -98,7 +103,7 @@ def _tokenizer_json(path, model):
 def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
   """transformers 5 saves a fast tokenizer as tokenizer.json only: the same WordPiece vocabulary, the same ids,
   and the casing its normaliser records (here cased)."""
-  from tokenizers.models import WordPiece  # pylint: disable=g-import-not-at-top
+  from tokenizers.models import WordPiece  # noqa: PLC0415
   tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'The', 'cat', '##s', 'sat', '.']
   json_file = _tokenizer_json(tmp_path / 'tokenizer.json',
                               WordPiece({t: i for i, t in enumerate(tokens)}, unk_token='[UNK]'))
@@ -115,7 +120,7 @@ def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
 
 
 def test_tokenizer_json_that_is_not_wordpiece_is_one_clear_error(tmp_path):
-  from tokenizers.models import BPE  # pylint: disable=g-import-not-at-top
+  from tokenizers.models import BPE  # noqa: PLC0415
   path = _tokenizer_json(tmp_path / 'tokenizer.json', BPE({'a': 0, 'b': 1, 'ab': 2}, [('a', 'b')]))
   with pytest.raises(DataError, match='holds a BPE tokenizer, not WordPiece'):
     tokenizer_lib.load(str(tmp_path))
@@ -169,8 +174,8 @@ def test_any_text_encodes_to_ids_in_range(trained, batch):
 def test_sample_spans_a_corpus_sorted_by_domain(kind, tmp_path, monkeypatch):
   """`data tokenizer` on a corpus larger than its sample (4 files of 1200 lines, 300 sampled), each file a domain
   spelt with letters of its own: the sample reaches every file, so no domain's text encodes to [UNK]."""
-  from electra_jax import data  # pylint: disable=g-import-not-at-top
-  from electra_jax.data import __main__ as cli  # pylint: disable=g-import-not-at-top
+  from electra_jax import data  # noqa: PLC0415
+  from electra_jax.data import __main__ as cli  # noqa: PLC0415
   rng = random.Random(0)
   alphabets = ['abcdef', 'ghijkl', 'mnopqr', 'stuvwx']
   for number, letters in enumerate(alphabets):
@@ -184,3 +189,61 @@ def test_sample_spans_a_corpus_sorted_by_domain(kind, tmp_path, monkeypatch):
   for letters in alphabets:
     ids = tokenizer.encode([' '.join(letters[i:] + letters[:i] for i in range(len(letters)))])[0]
     assert tokenizer.special.unk not in ids, (letters, tokenizer.pieces(ids))
+
+
+@pytest.mark.parametrize('kind', ['unigram', 'wordpiece'])
+@pytest.mark.parametrize('vocab_size', [100, 30522])
+def test_an_empty_corpus_says_so_and_leaves_no_tokenizer_directory(kind, vocab_size, tmp_path):
+  """Not 'lower data.vocab_size' (the same failure comes at any size), and no empty cache folder left behind."""
+  (tmp_path / 'empty.txt').write_text('\n  \n\n', encoding='utf-8')  # blank lines only
+  config = data.DataConfig(source=str(tmp_path / 'empty.txt'), vocab_size=vocab_size, tokenizer_type=kind,
+                           cache_dir=str(tmp_path / 'cache'))
+  with pytest.raises(DataError) as error:
+    data.load_tokenizer(config)
+  assert str(error.value) == tokenizer_lib.NO_TEXT
+  assert not [name for name in os.listdir(tmp_path / 'cache') if name.startswith('tokenizer-')]
+
+
+def test_an_interrupted_training_leaves_no_directory_and_stops_in_one_line(lines, tmp_path, capsys):
+  """Ctrl-C while the tokenizer trains: one line and the shell's status for SIGINT, no half-made directory; a
+  directory the user gave that existed before is left as it was."""
+
+  def interrupted():
+    yield from lines[:20]
+    raise KeyboardInterrupt
+
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run(lambda: tokenizer_lib.train(interrupted(), str(tmp_path / 'tok'), vocab_size=64))
+  assert exit_info.value.code == 130 and not os.path.exists(tmp_path / 'tok')
+  err = capsys.readouterr().err
+  assert err.startswith('stopped by Ctrl-C (SIGINT)') and err.count('\n') == 1
+  (tmp_path / 'mine').mkdir()
+  with pytest.raises(KeyboardInterrupt):
+    tokenizer_lib.train(interrupted(), str(tmp_path / 'mine'), vocab_size=64, kind='wordpiece')
+  assert os.listdir(tmp_path / 'mine') == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_sentencepiece_training_at_once(tmp_path):
+  """SentencePiece's trainer holds a SIGINT until it is done (minutes on a large corpus): the command must stop at
+  once all the same, in one line, leaving nothing behind."""
+  rng = random.Random(0)
+  words = [''.join(rng.choice('abcdefghijklmnop') for _ in range(rng.randint(2, 9))) for _ in range(20000)]
+  with open(tmp_path / 'big.txt', 'w', encoding='utf-8') as f:  # ~12 MB: a minute or more of training
+    f.writelines(' '.join(rng.choice(words) for _ in range(20)) + '\n' for _ in range(100_000))
+  # `python -m electra_jax.data tokenizer ...`, with Python's Ctrl-C handler even where this process was started
+  # with SIGINT ignored (a background job), which its children would inherit.
+  program = ('import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); '
+             'runpy.run_module("electra_jax.data", run_name="__main__", alter_sys=True)')
+  command = [sys.executable, '-c', program, 'tokenizer', f'--source={tmp_path}/big.txt', f'--output={tmp_path}/tok',
+             '--vocab_size=8000']
+  with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
+    assert process.stderr.readline().startswith('training a unigram tokenizer')
+    time.sleep(2)  # into the trainer
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 130
+  assert time.monotonic() - sent < 30  # the training itself would take far longer
+  assert err.startswith('stopped by Ctrl-C (SIGINT)') and err.count('\n') == 1
+  assert not os.path.exists(tmp_path / 'tok')

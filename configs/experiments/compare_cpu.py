@@ -46,7 +46,7 @@ def get_config():
   # T=1 over the first half of training (Fast-ELECTRA's curriculum). See docs/experiments.md.
   config.overrides.electra_curriculum = {'objective': {
       'name': 'electra', 'mask_prob': 0.25, 'initial_temperature': 2.0, 'temperature_decay_fraction': 0.5}}
-  # Each issue-#16 lever on its own (BENCHMARKS.md, "what each lever did"): the curriculum stopping at T=1.5
+  # Each issue-#16 lever on its own (docs/history.md, "ELECTRA at small compute"): the curriculum stopping at T=1.5
   # instead of the paper's 1 (detection faded below ~1.5); 25% replaced alone; lambda rising from 0 over the
   # first 20% of training alone; a one-layer generator (a quarter of the depth) alone.
   config.overrides.electra_floor = {'objective': {
@@ -75,8 +75,8 @@ def get_config():
   # 1e-3 as bench/finetune_tasks.py used for small CPU models (0 would give the paper's 3e-4 for this width).
   config.finetune.optimizer.learning_rate = 1e-3
   # Per-task changes to `finetune`, by task name (as `overrides`: add entries here). Polarity: 10 epochs (320
-  # steps) at lr 3e-4, where 96 steps at 1e-3 left most pre-trained models answering one class (BENCHMARKS.md,
-  # issue #16's recipe check).
+  # steps) at lr 3e-4, where 96 steps at 1e-3 left most pre-trained models answering one class (docs/history.md,
+  # "Fine-tuning polarity for 320 steps").
   config.task_overrides = ml_collections.ConfigDict()
   config.task_overrides.polarity = {'epochs': 10.0, 'optimizer': {'learning_rate': 3e-4}}
   return config

@@ -80,7 +80,7 @@ def build(args):
 
 def _build_on_beam(args, config, source, tokenizer):
   try:
-    from electra_jax.data import beam_build  # pylint: disable=g-import-not-at-top
+    from electra_jax.data import beam_build  # noqa: PLC0415
   except ImportError as e:
     raise data.DataError(f'--runner={args.runner} needs Apache Beam ({e}): pip install -e ".[beam]"') from None
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} on Beam {args.runner} '

@@ -170,9 +170,9 @@ class TfdsText:
   def __init__(self, name: str, *, split: str = 'train', data_dir: str = '', text_field: str = 'text',
                cache_dir: str = ''):
     try:
-      import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+      import tensorflow_datasets as tfds  # noqa: PLC0415
       # Without TensorFlow tfds does not register all text builders (wikipedia, c4, ...) until this import.
-      import tensorflow_datasets.text  # pylint: disable=g-import-not-at-top,unused-import
+      import tensorflow_datasets.text  # noqa: PLC0415
     except ImportError as e:
       raise DataError(f'data.source=tfds:{name} needs tensorflow-datasets ({e}); pip install '
                       'tensorflow-datasets array_record') from None

@@ -77,7 +77,7 @@ class ArrayRecordExamples:
   host_part = None  # (process index, process count) when the store is one host's share of the shards
 
   def __init__(self, directory: str, shards: list[int] | None = None):
-    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    from array_record.python import array_record_module  # noqa: PLC0415
     self.directory = os.path.expanduser(directory)
     self.metadata = read_metadata(self.directory)
     self.max_length = self.metadata['max_seq_length']
@@ -171,7 +171,7 @@ class ShardWriter:
   `first`."""
 
   def __init__(self, directory: str, *, max_length: int, vocab_size: int, shard_examples: int, first: int = 0):
-    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    from array_record.python import array_record_module  # noqa: PLC0415
     self._module = array_record_module
     self.directory, self.max_length, self.shard_examples = directory, max_length, shard_examples
     self.ids_dtype = ids_dtype(vocab_size)

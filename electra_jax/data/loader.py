@@ -38,7 +38,7 @@ class BatchIterator:
   def __init__(self, examples, special: SpecialIds, *, batch_size: int, seed: int, process_index: int = 0,
                process_count: int = 1, threads: int = 2, prefetch: int = 8):
     # grain imports jax and orbax (seconds): only the trainer's process needs it, not the CLI or packing workers.
-    import grain  # pylint: disable=g-import-not-at-top
+    import grain  # noqa: PLC0415
     if batch_size % process_count:
       raise DataError(f'batch_size {batch_size} is not divisible by the {process_count} processes')
     self.host_part = getattr(examples, 'host_part', None)

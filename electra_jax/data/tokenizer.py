@@ -12,6 +12,9 @@ import hashlib
 import json
 import os
 import random
+import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Iterable, Sequence
 
@@ -23,6 +26,8 @@ SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
 HF_TOKENIZER_FILE = 'tokenizer.json'  # what transformers 5 saves a fast tokenizer as (no vocab.txt)
 TYPES = ('unigram', 'bpe', 'wordpiece')
+# Why a tokenizer cannot be trained on a corpus without a line of text (data.source, or --source of `data tokenizer`).
+NO_TEXT = 'the corpus is empty (not one line of text): point the source at files that hold text'
 
 
 def _special_ids(ids: dict[str, int | None], where: str) -> SpecialIds:
@@ -92,7 +97,7 @@ class SentencePieceTokenizer(Tokenizer):
   file_name = 'tokenizer.model'
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    import sentencepiece as spm  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     try:
@@ -131,7 +136,7 @@ class WordPieceTokenizer(Tokenizer):
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
-    from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+    from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     options = {}
@@ -254,17 +259,23 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
   """
   if kind not in TYPES:
     raise DataError(f'unknown tokenizer type {kind!r}; choose one of {", ".join(TYPES)}')
-  if not fileio.is_remote(output):
-    os.makedirs(output, exist_ok=True)
-  # The trainers write local files: beside a local output, else in the machine's temporary directory.
-  with tempfile.TemporaryDirectory(dir=None if fileio.is_remote(output) else output) as tmp:
-    lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
-    if kind == 'wordpiece':
-      tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)
-    else:
-      tokenizer = _train_sentencepiece(lines, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
-                                       max_sentences=max_sentences)
-    tokenizer.save(output)
+  created = not fileio.is_remote(output) and not os.path.exists(output)
+  try:
+    if not fileio.is_remote(output):
+      os.makedirs(output, exist_ok=True)
+    # The trainers write local files: beside a local output, else in the machine's temporary directory.
+    with tempfile.TemporaryDirectory(dir=None if fileio.is_remote(output) else output) as tmp:
+      lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
+      if kind == 'wordpiece':
+        tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)
+      else:
+        tokenizer = _train_sentencepiece(lines, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
+                                         max_sentences=max_sentences)
+      tokenizer.save(output)
+  except BaseException:  # a failure or a Ctrl-C: leave no half-made tokenizer directory behind
+    if created:
+      shutil.rmtree(output, ignore_errors=True)
+    raise
   return load(output)
 
 
@@ -279,28 +290,42 @@ def _sample(lines: Iterable[str], count: int, seed: int = 0) -> list[str]:
   return [line for _, line in sorted(sample)]
 
 
+# SentencePiece's trainer, run in a child process: it holds a Ctrl-C until it is done (minutes on a large corpus),
+# while a child stops with the command at once (subprocess.run kills it when this process is interrupted).
+_SENTENCEPIECE_TRAINER = ('import json, sys, sentencepiece; '
+                          'sentencepiece.SentencePieceTrainer.train(**json.loads(sys.argv[1]))')
+
+
 def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  text, count = os.path.join(directory, 'text.txt'), 0
+  with open(text, 'w', encoding='utf-8') as f:
+    for line in lines:
+      f.write(line.replace('\n', ' ') + '\n')
+      count += 1
+  if not count:
+    raise DataError(NO_TEXT)
   prefix = os.path.join(directory, 'spm')
-  try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
-        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]',
-        user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'], character_coverage=0.9995,
-        input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-        minloglevel=2)
-  except RuntimeError as e:
-    raise DataError(f'training the SentencePiece tokenizer failed: {str(e).rstrip(".")}. A small corpus supports '
-                    'only a small vocabulary: lower data.vocab_size') from None
+  options = dict(
+      input=text, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
+      eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]', user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'],
+      character_coverage=0.9995, input_sentence_size=max_sentences, shuffle_input_sentence=True,
+      num_threads=os.cpu_count() or 1, minloglevel=2)
+  trained = subprocess.run([sys.executable, '-c', _SENTENCEPIECE_TRAINER, json.dumps(options)], capture_output=True,
+                           text=True, check=False)
+  if trained.returncode:
+    why = (trained.stderr.strip().splitlines() or [f'exit status {trained.returncode}'])[-1]
+    why = why.removeprefix('RuntimeError: ').rstrip('.')
+    raise DataError(f'training the SentencePiece tokenizer failed: {why}. A small corpus supports only a small '
+                    'vocabulary: lower data.vocab_size')
   return SentencePieceTokenizer(prefix + '.model', lowercase)
 
 
 def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
-  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
   trainer = BertWordPieceTokenizer(lowercase=lowercase)
   trainer.train_from_iterator(lines, vocab_size=vocab_size, special_tokens=list(SPECIAL_PIECES),
                               show_progress=False)
   if trainer.get_vocab_size() <= len(SPECIAL_PIECES):
-    raise DataError('training the WordPiece tokenizer found no text; give a corpus with some lines of text')
+    raise DataError(NO_TEXT)
   trainer.save_model(directory)
   return WordPieceTokenizer(os.path.join(directory, 'vocab.txt'), lowercase)

@@ -454,7 +454,7 @@ def merge(workdirs: list[str], output: str) -> dict:
 
 def merge_main(argv: list[str]):
   """`compare merge WORKDIR... --output=DIR`: one line on stderr and exit status 1 for bad input."""
-  import argparse  # pylint: disable=g-import-not-at-top
+  import argparse  # noqa: PLC0415
   parser = argparse.ArgumentParser(prog='python -m electra_jax.experiments.compare merge',
                                    description='One table and plot from the results of several compare workdirs.')
   parser.add_argument('workdirs', nargs='+', metavar='WORKDIR')
@@ -470,7 +470,7 @@ def merge_main(argv: list[str]):
 def plot(results: dict, path: str):
   """A PNG with a panel per task: median score (min-max band) against pre-training FLOPs, a line per run, the
   from-scratch median as a dashed line."""
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top  (only this needs matplotlib)
+  from matplotlib.figure import Figure  # noqa: PLC0415  (only this needs matplotlib)
 
   names = list(results['tasks'])
   figure = Figure(figsize=(4.8 * len(names), 4.0), layout='constrained')

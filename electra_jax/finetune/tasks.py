@@ -16,6 +16,9 @@ checks the files).
 
 import dataclasses
 import os
+import socket
+import urllib.parse
+import urllib.request
 from typing import Sequence
 
 from electra_jax import fileio
@@ -23,7 +26,7 @@ from electra_jax.config import ConfigError
 from electra_jax.data import corpus
 from electra_jax.data.corpus import DataError
 from electra_jax.finetune import files, metrics
-from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # pylint: disable=unused-import
+from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # noqa: F401
 
 CLASSIFICATION, REGRESSION, TAGGING, SQUAD = 'classification', 'regression', 'tagging', 'squad'
 KINDS = (CLASSIFICATION, REGRESSION, TAGGING, SQUAD)
@@ -225,21 +228,45 @@ def _text(value) -> str:
 
 
 def _tfds_source(task: Task, split: str, data_dir: str):
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # noqa: PLC0415
   if task.location.startswith('glue/'):
-    import tensorflow_datasets.text.glue  # pylint: disable=g-import-not-at-top,unused-import  (registers glue)
+    import tensorflow_datasets.text.glue  # noqa: PLC0415  (registers glue)
+  files_key = '--config.squad_dir' if task.kind == SQUAD else '--config.glue_dir'
   try:
     if fileio.is_remote(data_dir):  # array_record opens local files only: read a verified copy
       data_dir = corpus.local_tfds_copy(tfds, task.location, split, data_dir, corpus.default_cache_dir())
     # array_record: the format data sources read, and the one tfds can prepare without TensorFlow.
+    builder = tfds.builder(task.location, data_dir=data_dir or None, file_format='array_record')
+    if not builder.is_prepared():
+      _check_download_host(task, getattr(builder.builder_config, 'data_url', ''), builder.data_dir, files_key)
     return tfds.data_source(task.location, split=split, data_dir=data_dir or None,
                             builder_kwargs={'file_format': 'array_record'})
+  except DataError:
+    raise
   except Exception as e:  # tfds raises many types for missing or unpreparable data
-    files_key = '--config.squad_dir' if task.kind == SQUAD else '--config.glue_dir'
     raise DataError(f'cannot load tfds dataset {task.location!r} split {split!r} ({type(e).__name__}: '
                     f'{str(e)[:300]}). tfds downloads and prepares it on first use; without internet, give the '
                     f'downloaded files with {files_key}=DIR, or prepare it elsewhere and set --config.tfds_data_dir'
                     ) from None
+
+
+# Where tfds downloads a task family from, when its builder does not say (GLUE's configs carry a data_url).
+DOWNLOAD_HOSTS = {'glue': 'dl.fbaipublicfiles.com', 'squad': 'rajpurkar.github.io'}
+
+
+def _check_download_host(task: Task, url: str, data_dir: str, files_key: str, timeout: float = 5.0):
+  """Fails at once when the host tfds would download `task` from cannot be reached: tfds itself retries for minutes
+  before it gives up (its downloader's backoff: 208 s measured offline for RTE)."""
+  host = urllib.parse.urlparse(url).hostname or DOWNLOAD_HOSTS.get(task.location.split('/')[0])
+  if not host or 'https' in urllib.request.getproxies():  # through a proxy: only the download itself can tell
+    return
+  try:
+    socket.create_connection((host, 443), timeout=timeout).close()
+  except OSError as e:
+    raise DataError(f'{task.name} is not prepared in {data_dir} and cannot be downloaded: {host} is unreachable '
+                    f'({e.strerror or type(e).__name__}). tfds downloads it once, on first use; without a network, '
+                    f'give the downloaded files with {files_key}=DIR, or prepare it elsewhere and set '
+                    '--config.tfds_data_dir') from None
 
 
 def read(task: Task, split: str, *, data_dir: str = '') -> list:
