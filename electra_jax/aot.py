@@ -219,7 +219,7 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
   cfg.mesh = mesh_config
   ft = ft_config_lib.load(cfg)
   ft = dataclasses.replace(ft, optimizer=ft.optimizer.for_model(c.model.hidden_size))
-  # Fine-tuning runs the unrolled layers whatever pre-training did (checkpoint.load_params unstacks them).
+  # Fine-tuning runs the unrolled layers whatever pre-training did (pretrained.load_params unstacks them).
   model = heads.Finetuner(dataclasses.replace(c.model, scan_layers=False), kind=tasks.CLASSIFICATION,
                           num_outputs=2, head_dropout=ft.head_dropout)
   run = Finetuning(model, ft, 10_000, mesh)

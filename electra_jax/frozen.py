@@ -28,7 +28,7 @@ import sys
 import jax
 import optax
 
-from electra_jax import checkpoint, flops, objective
+from electra_jax import checkpoint, config_files, flops, objective
 from electra_jax.config import ConfigError, ModelConfig, TrainConfig
 from electra_jax.model import Electra
 
@@ -67,7 +67,7 @@ class FrozenGeneratorElectra(Electra):
 
 def generator_run(c: TrainConfig) -> tuple[TrainConfig, str]:
   """(the generator run's config, its kind: 'mlm' or 'generator') of run `c`'s objective.generator_checkpoint."""
-  source = checkpoint.load_config(c.objective.generator_checkpoint)
+  source = config_files.load_config(c.objective.generator_checkpoint)
   kind = kind_of(source)
   if source.model.vocab_size != c.model.vocab_size:
     raise ConfigError(f'objective.generator_checkpoint {c.objective.generator_checkpoint} has '

@@ -19,16 +19,13 @@ from electra_jax import (continued, data, evaluation, fileio, flops, metrics as 
 from electra_jax import frozen
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import TrainingError
 
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 _DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
-             for section, cls in (('model', config_lib.ModelConfig), ('data', data.DataConfig))}
-
-
-class TrainingError(RuntimeError):
-  """The run cannot go on; the message says why and what to do."""
+             for section, cls in (('model', config_lib.ModelConfig), ('data', config_lib.DataConfig))}
 
 
 def _check_resume_config(workdir, config_dict: dict):
@@ -48,7 +45,7 @@ def _check_resume_config(workdir, config_dict: dict):
           f'); resume with the same settings, or start a new --workdir')
 
 
-def _run_tokenizer(data_config: data.DataConfig, workdir) -> data.Tokenizer:
+def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
   trained again from the source would differ (SentencePiece training is not reproducible byte for byte)."""
@@ -79,7 +76,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   config_dict = config.to_dict()
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
-  data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
+  data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
   if c.model.vocab_size != tokenizer.vocab_size:

@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from electra_jax import checkpoint, data
+from electra_jax import data, pretrained
 from electra_jax.data import __main__ as data_cli
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ModelConfig
@@ -152,7 +152,7 @@ def read_metrics(workdir) -> list[dict]:
 
 def final_params(workdir):
   """The parameters and data position of the latest checkpoint of `workdir`."""
-  _, params = checkpoint.load_params(str(workdir))
+  _, params = pretrained.load_params(str(workdir))
   ckpt = Checkpointer(str(workdir))
   data_state = ckpt.manager.restore(ckpt.latest_step(), args=ocp.args.Composite(data=ocp.args.JsonRestore()))
   ckpt.close()
@@ -202,7 +202,7 @@ def random_params(model_config, seed=0):
   """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
   rng = np.random.default_rng(seed)
   return jax.tree.map(lambda s: rng.normal(0, 0.1, s.shape).astype(np.float32),
-                      checkpoint.abstract_params(Electra(model_config)))
+                      pretrained.abstract_params(Electra(model_config)))
 
 
 # A small converted model (test_convert, test_hf_tokenizer); the vocabulary size is the caller's.

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, data, flops, frozen, sharding, train_step, trainer
+from electra_jax import checkpoint, config_files, data, flops, frozen, pretrained, sharding, train_step, trainer
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
 from helpers import tiny_pretraining_config  # pylint: disable=g-bad-import-order
@@ -42,7 +42,7 @@ def read_metrics(workdir):
 
 def all_params(workdir, step=None):
   """Every parameter of a run's checkpoint, the frozen generator's included (load_params reads the rest)."""
-  c = checkpoint.load_config(workdir)
+  c = config_files.load_config(workdir)
   run = train_step.cached(c, data.tokenizer.load(workdir).special, sharding.make_mesh(c.mesh))
   ckpt = checkpoint.Checkpointer(workdir)
   try:
@@ -70,7 +70,7 @@ def test_generator_is_loaded_and_never_trained(one_go, mlm_run):
   assert not np.array_equal(first['embeddings']['word_embeddings']['embedding'],
                             params['embeddings']['word_embeddings']['embedding'])
   # Fine-tuning reads the discriminator alone.
-  config, loaded = checkpoint.load_params(one_go)
+  config, loaded = pretrained.load_params(one_go)
   assert config.objective.name == 'electra_frozen' and set(loaded) == {'embeddings', 'discriminator'}
 
 
@@ -83,8 +83,8 @@ def test_temperature_schedule_and_flops(one_go, mlm_run, corpus_file, cache_dir)
   assert all(2.0 < m['gen_loss'] < 6.0 for m in metrics)
   # FLOPs by hand: 3 x (discriminator encoder at every token + RTD head) + 1 x (the generator's encoder at every
   # token + its MLM head at the P selected positions), for B sequences of L tokens.
-  c = checkpoint.load_config(one_go)
-  source = checkpoint.load_config(mlm_run)
+  c = config_files.load_config(one_go)
+  source = config_files.load_config(mlm_run)
   batch, length, predictions = c.batch_size, c.data.max_seq_length, c.objective.num_predictions(32)
   disc = c.model.tower(generator=False)
   disc_forward = length * (flops.tower_forward_flops_per_token(disc, c.model.embedding_size, length)

@@ -157,7 +157,7 @@ def plan(config, workdir=None) -> list[Plan]:
     run = ml_collections.ConfigDict(config.pretrain.to_dict())  # an unlocked copy
     run.objective.name = name
     _override(run, config.overrides.get(name, {}), f'overrides.{name}')
-    data_config = config_lib.from_dict(data.DataConfig, run.data.to_dict(), where='pretrain.data')
+    data_config = config_lib.from_dict(config_lib.DataConfig, run.data.to_dict(), where='pretrain.data')
     try:
       vocab_size = data.load_tokenizer(data_config).vocab_size
     except data.DataError as e:  # its message names a pre-training config's keys (data.source): here pretrain.*
