@@ -14,9 +14,8 @@ import time
 import jax
 
 from electra_jax import config as config_lib
-from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
-                         report, scaffold, sharding, train_step)
-from electra_jax import frozen
+from electra_jax import (continued, data, evaluation, fileio, metrics as metrics_lib, objective, preemption,
+                         profiling, report, scaffold, sharding, train_step)
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import TrainingError
@@ -99,7 +98,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
       state = run.init_state(jax.random.PRNGKey(c.seed))
       if c.init_checkpoint:
         state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
-      state = frozen.initial_state(c, run, state, tokenizer)  # electra_frozen: the generator's weights
+      state = objective.get(c.objective.name).initial_state(c, run, state, tokenizer)
     else:
       latest, state, data_state = restored
       batches.set_state(data_state)
@@ -118,7 +117,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   if jax.process_index() == 0:
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
-  step_flops = flops.train_flops_per_step(c)
+  step_flops = objective.train_flops_per_step(c)
   if jax.process_index() == 0:
     print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
