@@ -271,16 +271,6 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
   return loss, metrics
 
 
-def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                        sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                        deterministic: bool = False, rngs=None, selected_only: bool = False, progress=1.0):
-  """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness (tests fix `masked`
-  and `sample` to compare the loss with another implementation)."""
-  sums, _ = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs,
-                                     deterministic=deterministic, selected_only=selected_only)
-  return loss_and_metrics(sums, config, progress=progress)
-
-
 # The objectives below are each a sums function and a metrics function (`Objective.sums`, `Objective.metrics`):
 #   sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic, rows, progress) -> float32 sums
 #   metrics(sums, config, denominators=None, progress=1.0) -> (loss, Metrics), the loss a ratio of the sums
@@ -449,15 +439,6 @@ def adversarial_metrics(sums, config: ObjectiveConfig, denominators=None, progre
       'baseline': (sums['baseline'], sums['selected']),
   })
   return loss, metrics
-
-
-def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                     sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                     deterministic: bool = False, rngs=None, progress=1.0):
-  """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`)."""
-  sums = adversarial_sums(apply_fn, params, batch, masked, sample, config=config, rngs=rngs,
-                          deterministic=deterministic, progress=progress)
-  return adversarial_metrics(sums, config, progress=progress)
 
 
 def _loss_of(sums_fn, metrics_fn):

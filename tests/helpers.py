@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from electra_jax import data, pretrained
+from electra_jax import data, objective, pretrained
 from electra_jax.data import __main__ as data_cli
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ModelConfig
@@ -274,6 +274,17 @@ def stub_generator_logits(targets):
   probs = jnp.where(vocab == t, jnp.where(t == 7, 0.5, 0.25),
                     jnp.where(vocab == c, jnp.where(t == 7, 0.25, 0.5), 1 / 24))
   return jnp.log(probs)
+
+
+def loss_of(name: str):
+  """(loss, Metrics) of objective `name` for a batch whose masking and sampler are chosen (a test fixes them): its
+  two halves, `Objective.sums` then `Objective.metrics`, as gradient accumulation runs them."""
+  spec = objective.get(name)
+
+  def loss(apply_fn, params, batch, masked, sample, *, config, deterministic=False):
+    return spec.metrics(spec.sums(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic),
+                        config)
+  return loss
 
 
 def token_batch(ids) -> dict[str, np.ndarray]:

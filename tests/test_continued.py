@@ -131,6 +131,12 @@ def _continue_config(init, corpus, cache_dir, **overrides):
   return override(config, overrides)
 
 
+def _check_finetuned(results, init):
+  """The fine-tuning started from `init` and scored each of its 16 dev rows once (an accuracy of k / 16)."""
+  assert results['init_checkpoint'] == init
+  assert (16 * results['median']['dev/accuracy']).is_integer()
+
+
 def _finetune(init, tmp_path, cache_dir):
   """Two steps of fine-tuning a keyword task from `init`; returns its results."""
   task = tmp_path / 'task'
@@ -182,8 +188,7 @@ def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, c
   trainer.train(_continue_config(imported, corpus, cache_dir), workdir)
   _check_continued(imported, workdir, corpus)
   assert config_files.load_config(workdir).model.tying == 'embeddings'
-  results = _finetune(workdir, tmp_path, cache_dir)
-  assert 0 <= results['median']['dev/accuracy'] <= 1
+  _check_finetuned(_finetune(workdir, tmp_path, cache_dir), workdir)
 
 
 def test_continue_official_untied_tf_import_then_finetune(tmp_path, cache_dir, monkeypatch):
@@ -197,8 +202,7 @@ def test_continue_official_untied_tf_import_then_finetune(tmp_path, cache_dir, m
   trainer.train(_continue_config(imported, corpus, cache_dir, init_optimizer=True), workdir)
   _check_continued(imported, workdir, corpus)
   assert config_files.load_config(workdir).model.tying == 'none'
-  results = _finetune(workdir, tmp_path, cache_dir)
-  assert 0 <= results['median']['dev/accuracy'] <= 1
+  _check_finetuned(_finetune(workdir, tmp_path, cache_dir), workdir)
 
 
 def test_conflicting_model_override_and_own_workdir_are_refused(tmp_path):

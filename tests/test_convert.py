@@ -13,13 +13,13 @@ from flax import traverse_util
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import checkpoint, config_files, convert, masking, objective, pretrained, sharding  # pylint: disable=g-import-not-at-top
+from electra_jax import checkpoint, config_files, convert, masking, pretrained, sharding  # pylint: disable=g-import-not-at-top
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from electra_jax.train_step import Pretraining
 from helpers import CONVERT_MODEL, SPECIAL, random_params  # pylint: disable=g-bad-import-order,g-import-not-at-top
 from helpers import HF_SIZES as SIZES, WORDPIECE_VOCAB as VOCAB  # pylint: disable=g-import-not-at-top
-from helpers import hf_models, save_hf, write_tokenizer_files  # pylint: disable=g-import-not-at-top
+from helpers import hf_models, loss_of, save_hf, write_tokenizer_files  # pylint: disable=g-import-not-at-top
 
 # Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
 pytestmark = pytest.mark.slow
@@ -237,7 +237,7 @@ def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   batch = {'input_ids': jnp.asarray(ids), 'segment_ids': jnp.asarray(segments), 'input_mask': jnp.asarray(mask)}
   model = Electra(config.model)
   apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
-  loss_fn = jax.jit(lambda params, batch, masked: objective.replaced_token_loss(
+  loss_fn = jax.jit(lambda params, batch, masked: loss_of('electra')(
       apply_fn, params, batch, masked, lambda _: jnp.asarray(samples), config=ObjectiveConfig(), deterministic=True))
   loss, metrics = loss_fn(params, batch, masked)
 
