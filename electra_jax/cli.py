@@ -150,10 +150,10 @@ def mode_for(values, mode: str | None, filename: str) -> str:
     return ('predict' if values.get('predict_input') else 'finetune') if finetuning else 'pretrain'
   if mode == 'pretrain' and finetuning:
     raise ConfigError(f'{filename} is a fine-tuning config: leave --mode out to fine-tune with it, or give '
-                             'a pre-training config such as configs/tiny.py')
+                      'a pre-training config such as configs/tiny.py')
   if mode != 'pretrain' and not finetuning:
     raise ConfigError(f'--mode={mode} needs a fine-tuning config such as configs/finetune.py; {filename} '
-                             'is a pre-training config')
+                      'is a pre-training config')
   return mode
 
 
