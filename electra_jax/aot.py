@@ -44,7 +44,7 @@ from jax.experimental import topologies
 import ml_collections
 from ml_collections import config_flags
 
-from electra_jax import cli, config as config_lib, flops, gpu_targets, sharding
+from electra_jax import cli, config as config_lib, flops, gpu_targets, objective, sharding
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
@@ -157,7 +157,7 @@ def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
   loops = ([f'{c.grad_accum_steps} micro-batches'] if c.grad_accum_steps > 1 else []) + (
       ['the layers'] if c.model.scan_layers else [])
   return compile_report('pre-training', Pretraining(c, SPECIAL, mesh).lower, devices=mesh.size,
-                        tokens=c.batch_size * length, model_flops=flops.train_flops_per_step(c),
+                        tokens=c.batch_size * length, model_flops=objective.train_flops_per_step(c),
                         loop=' and '.join(loops))
 
 
@@ -219,7 +219,7 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
   cfg.mesh = mesh_config
   ft = ft_config_lib.load(cfg)
   ft = dataclasses.replace(ft, optimizer=ft.optimizer.for_model(c.model.hidden_size))
-  # Fine-tuning runs the unrolled layers whatever pre-training did (checkpoint.load_params unstacks them).
+  # Fine-tuning runs the unrolled layers whatever pre-training did (pretrained.load_params unstacks them).
   model = heads.Finetuner(dataclasses.replace(c.model, scan_layers=False), kind=tasks.CLASSIFICATION,
                           num_outputs=2, head_dropout=ft.head_dropout)
   run = Finetuning(model, ft, 10_000, mesh)

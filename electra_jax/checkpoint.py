@@ -2,12 +2,11 @@
 WORKDIR/checkpoints/<step>/{state,data}. Restoring takes the target shardings, so a checkpoint written on one
 mesh can be read onto another.
 
-`load_params(workdir)` is the inference/fine-tuning entry: it reads WORKDIR/config.json and restores only the
-parameters of a checkpoint (not the optimiser state, which is twice their size).
+Storage only: what the arrays mean (a run's config and model, `electra_jax.pretrained.load_params`) is read above
+this module.
 """
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -16,18 +15,11 @@ import sys
 import traceback
 import warnings
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from electra_jax import config as config_lib
-from electra_jax import fileio, objective
-from electra_jax.model import Electra, unstack_layers
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint that cannot be used or written; the message says what to do."""
+from electra_jax import fileio
+from electra_jax.errors import CheckpointError
 
 
 CHECKSUMS = 'electra_checksums.json'  # in each step directory: {file: [size, sha256]}
@@ -269,50 +261,3 @@ class _OrbaxTracebacks(logging.Filter):
     if not (record.exc_info and record.exc_info[2] and record.levelno >= logging.ERROR):
       return True
     return not any(f'{os.sep}orbax{os.sep}' in frame.filename for frame in traceback.extract_tb(record.exc_info[2]))
-
-
-def load_config(workdir) -> config_lib.TrainConfig:
-  """The run's WORKDIR/config.json as a TrainConfig; model.vocab_size 0 is read from WORKDIR/tokenizer.model."""
-  path = fileio.path(workdir) / 'config.json'
-  if not path.is_file():
-    raise CheckpointError(f'{workdir} has no config.json: give the --workdir of a pre-training run or the output '
-                          'of `python -m electra_jax.convert`')
-  values = json.loads(path.read_text())
-  vocab_size = None
-  if not values.get('model', {}).get('vocab_size'):
-    from electra_jax.data import tokenizer  # noqa: PLC0415  (only runs' configs need it)
-    vocab_size = tokenizer.load(workdir).vocab_size
-  return config_lib.load(values, vocab_size=vocab_size)
-
-
-def abstract_params(model: Electra, sharding=None):
-  """Shapes and dtypes of `model`'s parameters (nothing allocated), each placed by `sharding` if given."""
-  ids = jnp.zeros((1, 1), jnp.int32)
-  shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids, ids, ids, ids)['params']))
-  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
-
-
-def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.TrainConfig, dict]:
-  """(config, params) of checkpoint `step` (default: the latest) of WORKDIR, params on the first device.
-
-  The params follow `electra_jax.model.Electra`'s tree, one subtree per encoder layer (a run with
-  model.scan_layers comes back unstacked, with scan_layers off in its config); use them as
-  `model.apply({'params': params}, ...)`.
-  """
-  config = load_config(workdir)
-  if not (fileio.path(workdir) / 'checkpoints').is_dir():
-    raise CheckpointError(f'{workdir} has no checkpoints/ directory: nothing to load')
-  checkpointer = Checkpointer(workdir)
-  try:
-    step = checkpointer.latest_step() if step is None else step
-    if step is None:
-      raise CheckpointError(f'{checkpointer.directory} holds no checkpoint yet')
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    model = objective.get(config.objective.name).model(config.model)
-    params = checkpointer.restore_params(step, abstract_params(model, device))
-  finally:
-    checkpointer.close()
-  if config.model.scan_layers:  # what reads these params expects one parameter tree per layer
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, scan_layers=False))
-    params = unstack_layers(params)
-  return config, params

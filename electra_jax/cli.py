@@ -17,10 +17,8 @@ import tokenize
 from absl import flags
 import jax
 
-from electra_jax import checkpoint, config, config_files, data, fileio, trainer
-
-# Errors caused by the user's input (config, data, checkpoints, a diverging run): their message says what to do.
-USER_ERRORS = (config.ConfigError, data.DataError, checkpoint.CheckpointError, trainer.TrainingError)
+from electra_jax import checkpoint, config_files, fileio
+from electra_jax.errors import ConfigError, USER_ERRORS
 
 
 def flags_parser(argv):
@@ -155,11 +153,11 @@ def mode_for(values, mode: str | None, filename: str) -> str:
   if mode is None:
     return ('predict' if values.get('predict_input') else 'finetune') if finetuning else 'pretrain'
   if mode == 'pretrain' and finetuning:
-    raise config.ConfigError(f'{filename} is a fine-tuning config: leave --mode out to fine-tune with it, or give '
-                             'a pre-training config such as configs/tiny.py')
+    raise ConfigError(f'{filename} is a fine-tuning config: leave --mode out to fine-tune with it, or give '
+                      'a pre-training config such as configs/tiny.py')
   if mode != 'pretrain' and not finetuning:
-    raise config.ConfigError(f'--mode={mode} needs a fine-tuning config such as configs/finetune.py; {filename} '
-                             'is a pre-training config')
+    raise ConfigError(f'--mode={mode} needs a fine-tuning config such as configs/finetune.py; {filename} '
+                      'is a pre-training config')
   return mode
 
 

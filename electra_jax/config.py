@@ -8,13 +8,9 @@ import dataclasses
 import typing
 from typing import Any, Mapping, TypeVar
 
-from electra_jax.data import DataConfig
+from electra_jax.errors import ConfigError, DataError
 
 T = TypeVar('T')
-
-
-class ConfigError(ValueError):
-  """A configuration the user must fix; the message says how."""
 
 
 def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived) -> T:
@@ -284,6 +280,36 @@ class OptimizerConfig(AdamConfig):
   """Pre-training: AdamW with warm-up overlapping a linear decay to 0 at train_steps."""
   learning_rate: float = 5e-4
   warmup_steps: int = 10000
+
+
+# data.tokenizer_type: the tokenizers `electra_jax.data.tokenizer` trains.
+TOKENIZER_TYPES = ('unigram', 'bpe', 'wordpiece')
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """`config.data`: see configs/default.py for what each key means."""
+  source: str = ''
+  tokenizer: str = ''
+  tokenizer_type: str = 'unigram'
+  vocab_size: int = 8000
+  lowercase: bool = True
+  max_seq_length: int = 128
+  text_field: str = 'text'
+  tfds_split: str = 'train'
+  tfds_data_dir: str = ''
+  cache_dir: str = ''
+  eval_fraction: float = 0.0
+  eval_source: str = ''
+
+  def __post_init__(self):
+    if self.tokenizer_type not in TOKENIZER_TYPES:
+      raise DataError(f'data.tokenizer_type must be one of {", ".join(TOKENIZER_TYPES)}, '
+                      f'got {self.tokenizer_type!r}')
+    if not 0 <= self.eval_fraction < 1:
+      raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
+    if self.eval_fraction and self.eval_source:
+      raise DataError('data.eval_fraction and data.eval_source both name held-out text; set one of them')
 
 
 # The device mesh's axes, in the order of mesh.shape (see electra_jax.sharding for what each is for).

@@ -1,15 +1,24 @@
-"""Where `--config=configs/NAME.py` is read from: the working directory when it has that file (a clone of the
-repository), else the copy of the repository's configs/ that an installed electra_jax carries as the package
-`electra_jax.configs` (setup.py), so the documented commands work from anywhere after `pip install`.
+"""The config files a command reads: `--config=configs/NAME.py`, and a run's saved WORKDIR/config.json.
 
-The config files import each other as `from configs import default`; for a packaged file that name is made to
-mean `electra_jax.configs`, so nothing named `configs` is installed at the top level of site-packages.
+`--config=configs/NAME.py` is read from the working directory when it has that file (a clone of the repository),
+else from the copy of the repository's configs/ that an installed electra_jax carries as the package
+`electra_jax.configs` (setup.py), so the documented commands work from anywhere after `pip install`. The config
+files import each other as `from configs import default`; for a packaged file that name is made to mean
+`electra_jax.configs`, so nothing named `configs` is installed at the top level of site-packages.
+
+`load_config(workdir)` reads what a pre-training run saved (`electra_jax.pretrained.load_params` its weights).
 """
 
 import importlib
 import importlib.util
+import json
 import os
 import sys
+
+from electra_jax import config as config_lib
+from electra_jax import fileio
+from electra_jax.data import tokenizer
+from electra_jax.errors import CheckpointError
 
 PREFIX = 'configs' + os.sep
 
@@ -52,3 +61,16 @@ def resolve_argv(argv: list[str]) -> list[str]:
     elif arg == '--config' and i + 1 < len(argv):
       argv[i + 1] = resolve(argv[i + 1])
   return argv
+
+
+def load_config(workdir) -> config_lib.TrainConfig:
+  """The run's WORKDIR/config.json as a TrainConfig; model.vocab_size 0 is read from WORKDIR/tokenizer.model."""
+  path = fileio.path(workdir) / 'config.json'
+  if not path.is_file():
+    raise CheckpointError(f'{workdir} has no config.json: give the --workdir of a pre-training run or the output '
+                          'of `python -m electra_jax.convert`')
+  values = json.loads(path.read_text())
+  vocab_size = None
+  if not values.get('model', {}).get('vocab_size'):  # taken from the tokenizer when the run started
+    vocab_size = tokenizer.load(workdir).vocab_size
+  return config_lib.load(values, vocab_size=vocab_size)

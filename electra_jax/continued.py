@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from electra_jax import checkpoint, fileio
+from electra_jax import checkpoint, config_files, fileio
 from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
 
@@ -31,7 +31,7 @@ def check_overrides(config, overrides: dict):
     if config.get('init_optimizer'):
       raise ConfigError('config key init_optimizer needs init_checkpoint (a pre-training WORKDIR or an import)')
     return
-  source = checkpoint.load_config(config.init_checkpoint)
+  source = config_files.load_config(config.init_checkpoint)
   for key, value in sorted(overrides.items()):
     section, _, name = key.partition('.')
     if section == 'model' and name not in FREE_MODEL_KEYS and value != getattr(source.model, name, value):
@@ -49,7 +49,7 @@ def adopt(config) -> ml_collections.ConfigDict:
   if not config.get('init_checkpoint'):
     return config
   source_dir = config.init_checkpoint
-  source = checkpoint.load_config(source_dir)
+  source = config_files.load_config(source_dir)
   tokenizer = tokenizer_lib.load(source_dir)  # raises DataError in one line if it has none
   values = config.to_dict()
   model = dataclasses.asdict(source.model)

@@ -6,7 +6,7 @@
 
 A workdir is what the trainer writes: config.json (every key of configs/default.py), tokenizer files and
 checkpoints/<step>/ holding a TrainState. An import is step 0 with a fresh optimiser state: ready to fine-tune
-(`electra_jax.checkpoint.load_params`) or to continue pre-training. An export writes HF_DIR/discriminator
+(`electra_jax.pretrained.load_params`) or to continue pre-training. An export writes HF_DIR/discriminator
 (ElectraForPreTraining) and HF_DIR/generator (ElectraForMaskedLM), each config.json + model.safetensors, and the
 workdir's tokenizer as a fast tokenizer that transformers' AutoTokenizer loads (see `hf_tokenizer`).
 
@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, optimizer
+from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, optimizer, pretrained
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra, fold_embeddings_delta
@@ -262,7 +262,7 @@ def fill_params(model: ModelConfig, names: Callable[[Path], Sequence[Hashable]],
   Returns ({path: float32 array}, paths with none of their names in `weights`, names used, names that hold
   another value than the first one, e.g. a generator's own copy of the embeddings).
   """
-  shapes = traverse_util.flatten_dict(checkpoint.abstract_params(Electra(model)))
+  shapes = traverse_util.flatten_dict(pretrained.abstract_params(Electra(model)))
   found, missing, used, differing = {}, [], set(), []
   for path, shape in shapes.items():
     present = [name for name in names(path) if name in weights]
@@ -513,7 +513,7 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
 def export_hf(workdir: str, out: str, *, step: int | None = None):
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
   from safetensors.numpy import save  # noqa: PLC0415
-  config, params = checkpoint.load_params(workdir, step)
+  config, params = pretrained.load_params(workdir, step)
   if config.model.tying not in ('embeddings', 'gdes'):  # gdes: the delta is folded into the discriminator
     raise ConversionError(
         f'{workdir} was trained with model.tying={config.model.tying!r}; the export writes the Hugging Face pair '

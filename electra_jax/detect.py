@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import checkpoint, cli, data, fileio
+from electra_jax import cli, data, fileio, pretrained
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
 
@@ -61,7 +61,7 @@ class Detector:
       raise DetectError(f'{workdir} does not exist: give the workdir of a pre-training run or of an import '
                         '(python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
-    self.config, self.params = checkpoint.load_params(workdir, step)
+    self.config, self.params = pretrained.load_params(workdir, step)
 
   def __call__(self, text: str) -> list[dict]:
     """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the model's longest sequence."""

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from electra_jax import masking, metrics as metrics_lib, objective, report, sharding
+from electra_jax import masking, metrics as metrics_lib, objective, report, scaffold, sharding
 from electra_jax.data import loader
 from electra_jax.config import ConfigError, TrainConfig
 
@@ -79,9 +79,11 @@ def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking
 class Evaluator:
   """Evaluates a run's state on fixed held-out batches; `__call__(step, state)` returns {} when not due."""
 
-  def __init__(self, run, examples, *, every: int, num_batches: int, last_step: int):
+  def __init__(self, run, examples, *, every: int, num_batches: int, last_step: int,
+               timer: scaffold.Chrono | None = None):
     c = run.config
     self.run, self.every, self.last_step = run, every, last_step
+    self.timer = timer or scaffold.Chrono()  # paused while evaluating: a throughput timed by it counts training only
     if examples is None or not every:
       self.batches = []
       return
@@ -112,7 +114,7 @@ class Evaluator:
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
   def due(self, step: int) -> bool:
-    return bool(self.batches) and (step % self.every == 0 or step == self.last_step)
+    return bool(self.batches) and scaffold.itstime(step, self.every, self.last_step)
 
   def __call__(self, step: int, state) -> dict[str, float]:
     """{'eval_' + metric: value} at the steps evaluation is due, else {}."""
@@ -120,7 +122,8 @@ class Evaluator:
       return {}
     jax.block_until_ready(state)  # eval_seconds times the evaluation, not the train step still running
     started = time.time()
-    results = self.evaluate(state)
+    with self.timer.paused():
+      results = self.evaluate(state)
     results['eval_seconds'] = time.time() - started
     if jax.process_index() == 0:
       tqdm.tqdm.write(f'step {step}: ' + '  '.join(f'{k} {results[k]:.4f}' for k in SHOWN if k in results),

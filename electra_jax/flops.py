@@ -8,9 +8,15 @@ Two conventions:
     element-wise ops count too (per element: LayerNorm 5, GELU 8, softmax 5, dropout 4, bias or residual 1).
     ELECTRA-Small, 1M steps of 128 x 128: 1.29e18 ('matmul': 1.15e18). Use it to compare with the paper's figures.
 The MLM heads run only where they are evaluated: at the P selected positions (All-Tokens MLM: every position).
+
+What an objective runs is what its model holds (`electra_jax.objective.Objective`: `with_generator`,
+`discriminator_head`, `generator_baseline`); a run's FLOPs per step, the frozen generator's forward pass of
+electra_frozen included, are `objective.train_flops_per_step`.
 """
 
-from electra_jax.config import ConfigError, ModelConfig, TowerConfig, TrainConfig
+from typing import Any
+
+from electra_jax.config import ModelConfig, TowerConfig
 
 CONVENTIONS = ('matmul', 'paper')
 # Element-wise FLOPs per element in the 'paper' convention (official flops_computation.py).
@@ -63,53 +69,41 @@ def rtd_head_flops_per_token(hidden_size: int, convention: str = 'matmul') -> fl
 
 
 def pretraining_forward_flops_per_sequence(model: ModelConfig, seq_length: int, num_predictions: int,
-                                           objective: str = 'electra', convention: str = 'matmul') -> float:
-  """Forward FLOPs for one sequence of `objective` (a name of `electra_jax.objective.OBJECTIVES`)."""
+                                           objective: Any = None, convention: str = 'matmul') -> float:
+  """Forward FLOPs for one sequence of `objective` (an `electra_jax.objective.Objective`; None: ELECTRA's), of the
+  towers and heads its model holds (a frozen generator is not one: `objective.train_flops_per_step` adds it)."""
+  with_generator, head, baseline = ((True, 'rtd', False) if objective is None else
+                                    (objective.with_generator, objective.discriminator_head,
+                                     objective.generator_baseline))
   e, length = model.embedding_size, seq_length
   generator, discriminator = model.tower(generator=True), model.tower(generator=False)
   embed = embedding_flops_per_token(model, length, convention)  # paid by each tower (it runs them separately)
   flops = length * (embed + tower_forward_flops_per_token(discriminator, e, length, convention))
-  if objective in ('electra', 'electra_15', 'electra_adversarial', 'electra_frozen'):
+  if head == 'rtd':
     flops += length * rtd_head_flops_per_token(discriminator.hidden_size, convention)
-  elif objective in ('replace_mlm', 'mlm'):
+  elif head == 'mlm':
     flops += num_predictions * mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
-  elif objective == 'all_tokens_mlm':
+  else:  # 'mlm_copy': All-Tokens MLM predicts every token
     flops += length * (mlm_head_flops_per_prediction(discriminator.hidden_size, model, convention)
                        + 2 * discriminator.hidden_size)  # + the copy gate
-  else:
-    raise ConfigError(f'unknown objective.name {objective!r}: no FLOPs count for it')
-  if objective not in ('mlm', 'electra_frozen'):  # electra_frozen: its generator's forward pass, see below
+  if with_generator:
     # With tying='none' the generator's own embeddings are as wide as its hidden layers (no projection).
     gen_model = model.generator_model()
     flops += length * (embedding_flops_per_token(gen_model, length, convention)
                        + tower_forward_flops_per_token(generator, gen_model.embedding_size, length, convention))
     flops += num_predictions * mlm_head_flops_per_prediction(generator.hidden_size, gen_model, convention)
-  if objective == 'electra_adversarial':
+  if baseline:
     flops += num_predictions * 2 * generator.hidden_size  # the REINFORCE baseline, dense(H_gen -> 1)
   return flops
 
 
 def pretraining_flops_per_step(model: ModelConfig, batch_size: int, seq_length: int, num_predictions: int,
-                               objective: str = 'electra', convention: str = 'matmul') -> float:
-  """Training FLOPs of one step of `objective`: forward and backward passes of every tower and head it uses."""
+                               objective: Any = None, convention: str = 'matmul') -> float:
+  """Training FLOPs of one step of `objective` (as `pretraining_forward_flops_per_sequence` takes it): forward and
+  backward passes of every tower and head it uses."""
   multiplier = 2 if _check(convention) else 3
   return multiplier * batch_size * pretraining_forward_flops_per_sequence(model, seq_length, num_predictions,
                                                                           objective, convention)
-
-
-def train_flops_per_step(c: TrainConfig) -> float:
-  """FLOPs of one step of pre-training run `c` ('matmul'): what the trainer adds to `train_flops` each step.
-
-  electra_frozen: the discriminator's training plus one forward pass of the frozen generator (`electra_jax.frozen`,
-  which reads the generator run's config); what training that generator cost is not included.
-  """
-  length = c.data.max_seq_length
-  step = pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
-                                    objective=c.objective.name)
-  if c.objective.name == 'electra_frozen':
-    from electra_jax import frozen  # noqa: PLC0415  (it reads checkpoints: above this module)
-    step += frozen.forward_flops_per_step(c, *frozen.generator_run(c))
-  return step
 
 
 def mlm_forward_flops_per_sequence(model: ModelConfig, discriminator_sized: bool, seq_length: int,
@@ -135,14 +129,3 @@ def finetuning_flops_per_step(model: ModelConfig, batch_size: int, seq_length: i
                   + 2 * discriminator.hidden_size * num_outputs)
   return multiplier * batch_size * per_sequence
 
-
-def inference_flops_per_token(model: ModelConfig, seq_length: int, convention: str = 'matmul') -> float:
-  """Forward FLOPs per token of the discriminator alone (embeddings, encoder, the per-token RTD head).
-
-  The generator is dropped after pre-training, so this is what a fine-tuned ELECTRA costs at inference (up to
-  its task head); the official script's `get_infer_flops` counts the same parts.
-  """
-  discriminator = model.tower(generator=False)
-  return (embedding_flops_per_token(model, seq_length, convention)
-          + tower_forward_flops_per_token(discriminator, model.embedding_size, seq_length, convention)
-          + rtd_head_flops_per_token(discriminator.hidden_size, convention))

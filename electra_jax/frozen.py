@@ -16,20 +16,26 @@ no update (optax.set_to_zero, no Adam moments). Its parameters are copied into t
 temperature schedule (objective.initial_temperature falling to objective.temperature). The loss is the
 discriminator's alone; gen_loss and gen_accuracy report the frozen MLM on the batch.
 
-FLOPs ('matmul' convention, `flops.train_flops_per_step`): a step costs 3 x the discriminator's forward pass
+FLOPs ('matmul' convention, `objective.train_flops_per_step`): a step costs 3 x the discriminator's forward pass
 (embeddings, encoder, RTD head) plus 1 x the frozen generator's forward pass (its encoder at every token, its MLM
 head at the selected positions): no backward pass runs through it. That is the run's `train_flops`. What the
 generator cost to train (`generator_train_flops`: its step x its own run's FLOPs per step) is a one-off cost,
 reported apart and not included: `frozen.describe` prints both, the compare runner records both.
+
+The objective 'electra_frozen' (`electra_jax.objective.OBJECTIVES`) points here for each of these; this module is
+below it and never looks an objective up by name: the generator run's objective comes with it (`Source`).
 """
 
 import sys
+from typing import Any, NamedTuple
 
 import jax
 import optax
 
-from electra_jax import checkpoint, flops, objective
-from electra_jax.config import ConfigError, ModelConfig, TrainConfig
+from electra_jax import checkpoint, flops
+from electra_jax.config import ModelConfig, TrainConfig
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import CheckpointError, ConfigError
 from electra_jax.model import Electra
 
 PARAMS = 'frozen_generator'  # the subtree of the run's params that holds the generator
@@ -65,31 +71,33 @@ class FrozenGeneratorElectra(Electra):
             self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic=deterministic))
 
 
-def generator_run(c: TrainConfig) -> tuple[TrainConfig, str]:
-  """(the generator run's config, its kind: 'mlm' or 'generator') of run `c`'s objective.generator_checkpoint."""
-  source = checkpoint.load_config(c.objective.generator_checkpoint)
-  kind = kind_of(source)
-  if source.model.vocab_size != c.model.vocab_size:
-    raise ConfigError(f'objective.generator_checkpoint {c.objective.generator_checkpoint} has '
-                      f'{source.model.vocab_size} tokens, this run {c.model.vocab_size}: set '
-                      f'data.tokenizer={c.objective.generator_checkpoint} (its tokenizer)')
-  return source, kind
+class Source(NamedTuple):
+  """The run an electra_frozen run samples from (`objective.generator_source` reads it)."""
+  config: TrainConfig  # its config.json
+  objective: Any  # its `electra_jax.objective.Objective`: what its model holds, what its steps cost
+
+  @property
+  def kind(self) -> str:
+    """'generator': the run's generator tower samples; 'mlm': an mlm run's discriminator-sized MLM does."""
+    return 'generator' if self.objective.with_generator else 'mlm'
 
 
-def kind_of(source: TrainConfig) -> str:
-  """'mlm' for an mlm run, 'generator' for a run with a generator tower; a ConfigError for any other."""
-  if source.objective.name == 'mlm':
-    return 'mlm'
-  if not objective.get(source.objective.name).with_generator:
-    raise ConfigError(f'a {source.objective.name} run has no MLM to sample from: give objective.generator_checkpoint '
-                      'an mlm run or a run with a generator (electra, ...)')
-  return 'generator'
+def check_source(c: TrainConfig, source: Source) -> Source:
+  """`source` if run `c` can sample from it: a ConfigError if it has no MLM or another vocabulary."""
+  path = c.objective.generator_checkpoint
+  if not source.objective.with_generator and source.objective.discriminator_head != 'mlm':
+    raise ConfigError(f'a {source.config.objective.name} run has no MLM to sample from: give '
+                      'objective.generator_checkpoint an mlm run or a run with a generator (electra, ...)')
+  if source.config.model.vocab_size != c.model.vocab_size:
+    raise ConfigError(f'objective.generator_checkpoint {path} has {source.config.model.vocab_size} tokens, this run '
+                      f'{c.model.vocab_size}: set data.tokenizer={path} (its tokenizer)')
+  return source
 
 
-def model(c: TrainConfig) -> FrozenGeneratorElectra:
-  """Run `c`'s model: its discriminator and the frozen generator of objective.generator_checkpoint."""
-  source, kind = generator_run(c)
-  return FrozenGeneratorElectra(c.model, with_generator=False, generator_config=source.model, generator_kind=kind)
+def model(c: TrainConfig, source: Source) -> FrozenGeneratorElectra:
+  """Run `c`'s model: its discriminator and the frozen generator of `source`."""
+  return FrozenGeneratorElectra(c.model, with_generator=False, generator_config=source.config.model,
+                                generator_kind=source.kind)
 
 
 def optimizer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -98,18 +106,13 @@ def optimizer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
                                lambda params: {k: 'frozen' if k == PARAMS else 'train' for k in params})
 
 
-def initial_state(c: TrainConfig, run, state, tokenizer=None):
-  """The step-0 state of an electra_frozen run: `state` with the generator's checkpoint in `frozen_generator`
-  (laid out as `run` says). Other objectives' states pass through. `tokenizer` (the run's) must be the
-  generator's."""
-  if not objective.get(c.objective.name).frozen_generator:
-    return state
+def initial_state(c: TrainConfig, run, state, source: Source, tokenizer=None):
+  """The step-0 state of electra_frozen run `c`: `state` with the generator's checkpoint in `frozen_generator`
+  (laid out as `run` says). `tokenizer` (the run's) must be the generator's."""
   path = c.objective.generator_checkpoint
-  if tokenizer is not None:
-    from electra_jax.data import tokenizer as tokenizer_lib  # noqa: PLC0415
-    if tokenizer_lib.load(path).fingerprint != tokenizer.fingerprint:
-      raise ConfigError(f'this run\'s tokenizer is not that of objective.generator_checkpoint {path}: the '
-                        f'generator\'s embeddings are indexed by its own; set data.tokenizer={path}')
+  if tokenizer is not None and tokenizer_lib.load(path).fingerprint != tokenizer.fingerprint:
+    raise ConfigError(f'this run\'s tokenizer is not that of objective.generator_checkpoint {path}: the '
+                      f'generator\'s embeddings are indexed by its own; set data.tokenizer={path}')
   step = c.objective.generator_step or latest_step(path)
   checkpointer = checkpoint.Checkpointer(path)
   try:
@@ -117,7 +120,7 @@ def initial_state(c: TrainConfig, run, state, tokenizer=None):
   finally:
     checkpointer.close()
   if jax.process_index() == 0:
-    print(describe(c, step), file=sys.stderr)
+    print(describe(c, source, step), file=sys.stderr)
   return state.replace(params={**state.params, PARAMS: params})
 
 
@@ -129,25 +132,23 @@ def latest_step(path: str) -> int:
   finally:
     checkpointer.close()
   if step is None:
-    raise checkpoint.CheckpointError(f'objective.generator_checkpoint {path} holds no checkpoint')
+    raise CheckpointError(f'objective.generator_checkpoint {path} holds no checkpoint')
   return step
 
 
-def forward_flops_per_step(c: TrainConfig, source: TrainConfig, kind: str) -> float:
-  """FLOPs of one forward pass of the frozen generator (`source`'s model, `kind`) over a batch of run `c`."""
+def forward_flops_per_step(c: TrainConfig, source: Source) -> float:
+  """FLOPs of one forward pass of the frozen generator of `source` over a batch of run `c`."""
   length = c.data.max_seq_length
-  return c.batch_size * flops.mlm_forward_flops_per_sequence(source.model, kind == 'mlm', length,
+  return c.batch_size * flops.mlm_forward_flops_per_sequence(source.config.model, source.kind == 'mlm', length,
                                                               c.objective.num_predictions(length))
 
 
-def generator_train_flops(source: TrainConfig, step: int) -> float:
-  """What training the generator cost: `step` steps of its own run (a frozen-generator run's own generator
-  excluded)."""
-  return step * flops.train_flops_per_step(source)
+def generator_train_flops(source: Source, step: int) -> float:
+  """What training the generator cost: `step` steps of its own run."""
+  return step * source.objective.train_flops_per_step(source.config)
 
 
-def describe(c: TrainConfig, step: int) -> str:
-  source, kind = generator_run(c)
-  return (f'frozen generator: the {"mlm" if kind == "mlm" else "generator"} of {c.objective.generator_checkpoint} '
-          f'at step {step}; its forward pass costs {forward_flops_per_step(c, source, kind):.3e} FLOPs per step '
-          f'(counted in train_flops), training it cost {generator_train_flops(source, step):.3e} FLOPs (not counted)')
+def describe(c: TrainConfig, source: Source, step: int) -> str:
+  return (f'frozen generator: the {source.kind} of {c.objective.generator_checkpoint} at step {step}; its forward '
+          f'pass costs {forward_flops_per_step(c, source):.3e} FLOPs per step (counted in train_flops), training it '
+          f'cost {generator_train_flops(source, step):.3e} FLOPs (not counted)')

@@ -20,7 +20,7 @@ import tokenizers
 from tokenizers import decoders, normalizers, pre_tokenizers, processors
 
 from electra_jax import fileio
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.data.tokenizer import SPECIAL_PIECES, SentencePieceTokenizer, Tokenizer, WordPieceTokenizer
 
 TOKENIZER_FILE = 'tokenizer.json'

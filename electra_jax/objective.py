@@ -4,9 +4,11 @@ loss = gen_weight * generator MLM cross-entropy (selected positions)
      + disc_weight * discriminator sigmoid cross-entropy (every non-pad token, [CLS]/[SEP] included).
 The generator's samples pass through `stop_gradient`: no gradient flows from the discriminator into the generator.
 
-`OBJECTIVES` maps `config.objective.name` to the loss function and to what it needs of the model (the train
-step looks it up): 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2), and
-'electra_adversarial' (a generator trained by reinforcement learning to fool the discriminator, appendix F).
+`OBJECTIVES` maps `config.objective.name` to an `Objective`: its loss function and everything the rest of the
+code asks of it (the model it trains, its FLOPs per step, the trainer's initial state), so that nothing else
+compares objective names: 'electra', 'electra_15', 'replace_mlm', 'all_tokens_mlm' and 'mlm' (paper section 3.2),
+'electra_adversarial' (a generator trained by reinforcement learning to fool the discriminator, appendix F) and
+'electra_frozen' (Fast-ELECTRA: another run's MLM as a frozen generator, `electra_jax.frozen`).
 `two_stage_loss` is ELECTRA's loss under `objective.two_stage_generator_steps` (the train step switches to it).
 
 Every loss takes `progress` = step / train_steps, a traced scalar: the schedules of the sampling temperature
@@ -28,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from electra_jax import masking
-from electra_jax.config import ConfigError, ModelConfig, ObjectiveConfig
+from electra_jax import config_files, flops, frozen, masking
+from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
+from electra_jax.errors import ConfigError
 from electra_jax.model import Electra
 
 # A metric is (numerator, denominator), summed over steps and divided only when logged.
@@ -268,16 +271,6 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
   return loss, metrics
 
 
-def replaced_token_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                        sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                        deterministic: bool = False, rngs=None, selected_only: bool = False, progress=1.0):
-  """(total loss, Metrics) once the masking is chosen: `electra_loss` without its randomness (tests fix `masked`
-  and `sample` to compare the loss with another implementation)."""
-  sums, _ = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs,
-                                     deterministic=deterministic, selected_only=selected_only)
-  return loss_and_metrics(sums, config, progress=progress)
-
-
 # The objectives below are each a sums function and a metrics function (`Objective.sums`, `Objective.metrics`):
 #   sums(apply_fn, params, batch, masked, sample, *, config, rngs, deterministic, rows, progress) -> float32 sums
 #   metrics(sums, config, denominators=None, progress=1.0) -> (loss, Metrics), the loss a ratio of the sums
@@ -448,15 +441,6 @@ def adversarial_metrics(sums, config: ObjectiveConfig, denominators=None, progre
   return loss, metrics
 
 
-def adversarial_loss(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
-                     sample: Callable[[jax.Array], jax.Array], *, config: ObjectiveConfig,
-                     deterministic: bool = False, rngs=None, progress=1.0):
-  """(total loss, Metrics) of adversarial ELECTRA once the masking is chosen (as `replaced_token_loss`)."""
-  sums = adversarial_sums(apply_fn, params, batch, masked, sample, config=config, rngs=rngs,
-                          deterministic=deterministic, progress=progress)
-  return adversarial_metrics(sums, config, progress=progress)
-
-
 def _loss_of(sums_fn, metrics_fn):
   """An objective's loss function, called as `electra_loss`: the masking drawn, its sums, its loss and metrics
   (`metrics_kwargs`: `step` for `two_stage_metrics`)."""
@@ -493,27 +477,57 @@ electra_frozen_loss = _loss_of(electra_sums, electra_frozen_metrics)
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-  """A pre-training objective: its loss function and the model it trains (`electra_jax.model.Electra` fields)."""
+  """A pre-training objective: its loss, what its model holds (`electra_jax.model.Electra` fields, which also say
+  what a step computes: its FLOPs), and its generator when another run's (electra_frozen)."""
   # (apply_fn, params, batch, rng, *, config, special, vocab_size, progress) -> (loss, Metrics)
   loss: Callable[..., Any]
   # Its two halves, for gradient accumulation: the float32 sums of a (micro-)batch, and (loss, Metrics) from them.
   sums: Callable[..., dict[str, jax.Array]] | None = None
   metrics: Callable[..., Any] | None = None
-  with_generator: bool = True
+  with_generator: bool = True  # a generator tower of its own, trained
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
   selected_only: bool = False  # the discriminator's loss and metrics count only the masked positions (electra_15)
-  # The generator is another run's MLM, frozen (electra_frozen): the train step builds the model and optimiser of
-  # `electra_jax.frozen`; `model` here is the discriminator alone (what fine-tuning reads).
+  # The generator is another run's MLM, frozen (electra_frozen, `electra_jax.frozen`): it runs beside `model`, the
+  # discriminator alone (what fine-tuning reads), is copied into the state at step 0 and never updated.
   frozen_generator: bool = False
 
   def model(self, config: ModelConfig) -> Electra:
-    """The model this objective trains."""
+    """The model this objective trains, as its checkpoints hold it for fine-tuning."""
     if config.tying == 'gdes' and not (self.with_generator and self.discriminator_head == 'rtd'):
       raise ConfigError('model.tying=gdes disentangles the generator\'s embeddings from the replaced-token '
                         'detector\'s: it needs an objective with both (electra, electra_15, electra_adversarial)')
     return Electra(config, with_generator=self.with_generator, discriminator_head=self.discriminator_head,
                    generator_baseline=self.generator_baseline)
+
+  def training_model(self, c: TrainConfig) -> Electra:
+    """The model the train step runs for run `c`: `model`, beside the frozen generator for electra_frozen."""
+    if self.frozen_generator:
+      return frozen.model(c, generator_source(c))
+    return self.model(c.model)
+
+  def optimizer(self, tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """The run's optimiser `tx`, with no update for what the objective does not train."""
+    return frozen.optimizer(tx) if self.frozen_generator else tx
+
+  def initial_state(self, c: TrainConfig, run, state, tokenizer=None):
+    """The step-0 state of run `c` from the freshly initialised `state` (`train_step.TrainState`, laid out as `run`
+    says): electra_frozen copies its generator's checkpoint in; `tokenizer`, the run's, must be the generator's."""
+    if self.frozen_generator:
+      return frozen.initial_state(c, run, state, generator_source(c), tokenizer)
+    return state
+
+  def train_flops_per_step(self, c: TrainConfig, source: frozen.Source | None = None) -> float:
+    """FLOPs of one step of run `c` ('matmul' convention): what the trainer adds to `train_flops` each step.
+
+    electra_frozen: the discriminator's training plus one forward pass of the frozen generator (of `source`, by
+    default the run objective.generator_checkpoint names); what training that generator cost is not included.
+    """
+    length = c.data.max_seq_length
+    step = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length), self)
+    if self.frozen_generator:
+      step += frozen.forward_flops_per_step(c, source or generator_source(c))
+    return step
 
 
 OBJECTIVES = {
@@ -534,3 +548,15 @@ def get(name: str) -> Objective:
   if name not in OBJECTIVES:
     raise ConfigError(f'unknown objective.name {name!r}; the objectives are: {", ".join(OBJECTIVES)}')
   return OBJECTIVES[name]
+
+
+def train_flops_per_step(c: TrainConfig) -> float:
+  """FLOPs of one step of pre-training run `c` ('matmul' convention): `Objective.train_flops_per_step`."""
+  return get(c.objective.name).train_flops_per_step(c)
+
+
+def generator_source(c: TrainConfig, config: TrainConfig | None = None) -> frozen.Source:
+  """The run electra_frozen run `c` samples from, with its objective: the run objective.generator_checkpoint names,
+  or one of config `config` not trained yet (an experiment plans it). A ConfigError if `c` cannot sample from it."""
+  config = config or config_files.load_config(c.objective.generator_checkpoint)
+  return frozen.check_source(c, frozen.Source(config, get(config.objective.name)))

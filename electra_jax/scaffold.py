@@ -1,12 +1,15 @@
 """What pre-training (electra_jax.train_step, electra_jax.trainer) and fine-tuning (electra_jax.finetune.train)
 build alike around their step: the state's shardings and shapes, its sharded initialisation, the step jitted over
-the mesh, and the loop's progress bar.
+the mesh, and the loop's progress bar, "is it time?" for its periodic actions (`itstime`) and the timer of its
+throughput (`Chrono`).
 
 The batch is split as `sharding.batch_sharding` says and checked by `sharding.check_batch`; the loops stop on a
 signal, every host at the same step, through `preemption.StopSignal`.
 """
 
+import contextlib
 import sys
+import time
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -53,3 +56,30 @@ def progress_bar(total: int, initial: int, desc: str) -> tqdm.tqdm:
   (each redraw there is a line)."""
   return tqdm.tqdm(total=total, initial=initial, desc=desc, unit='step', dynamic_ncols=True,
                    disable=jax.process_index() != 0, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+
+
+def itstime(step: int, every: int, last: int, steps: tuple[int, ...] = ()) -> bool:
+  """Whether a periodic action (log, evaluate, checkpoint) is due after step `step`: every `every` steps, after the
+  `last` step, and after each of `steps`."""
+  return step % every == 0 or step == last or step in steps
+
+
+class Chrono:
+  """Seconds since `restart`, less those spent inside `paused()`: a throughput's time, with evaluation left out."""
+
+  def __init__(self):
+    self.restart()
+
+  def restart(self):
+    self._started, self._paused = time.time(), 0.0
+
+  @contextlib.contextmanager
+  def paused(self):
+    began = time.time()
+    try:
+      yield
+    finally:
+      self._paused += time.time() - began
+
+  def seconds(self) -> float:
+    return time.time() - self._started - self._paused

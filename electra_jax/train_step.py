@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from electra_jax import frozen, masking, objective, optimizer, scaffold, sharding
+from electra_jax import masking, objective, optimizer, scaffold, sharding
 from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra
 from electra_jax.scaffold import ABSTRACT_KEY
@@ -164,10 +164,10 @@ class Pretraining:
 
   def __post_init__(self):
     c = self.config
-    self.model = objective.get(c.objective.name).model(c.model)
-    self.tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
-    if objective.get(c.objective.name).frozen_generator:  # Fast-ELECTRA: another run's MLM, never updated
-      self.model, self.tx = frozen.model(c), frozen.optimizer(self.tx)
+    spec = objective.get(c.objective.name)
+    self.model = spec.training_model(c)
+    tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
+    self.tx = spec.optimizer(tx)
     self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,

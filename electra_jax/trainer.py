@@ -14,21 +14,17 @@ import time
 import jax
 
 from electra_jax import config as config_lib
-from electra_jax import (continued, data, evaluation, fileio, flops, metrics as metrics_lib, preemption, profiling,
-                         report, scaffold, sharding, train_step)
-from electra_jax import frozen
+from electra_jax import (continued, data, evaluation, fileio, metrics as metrics_lib, objective, preemption,
+                         profiling, report, scaffold, sharding, train_step)
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import TrainingError
 
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 _DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
-             for section, cls in (('model', config_lib.ModelConfig), ('data', data.DataConfig))}
-
-
-class TrainingError(RuntimeError):
-  """The run cannot go on; the message says why and what to do."""
+             for section, cls in (('model', config_lib.ModelConfig), ('data', config_lib.DataConfig))}
 
 
 def _check_resume_config(workdir, config_dict: dict):
@@ -48,7 +44,7 @@ def _check_resume_config(workdir, config_dict: dict):
           f'); resume with the same settings, or start a new --workdir')
 
 
-def _run_tokenizer(data_config: data.DataConfig, workdir) -> data.Tokenizer:
+def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
   trained again from the source would differ (SentencePiece training is not reproducible byte for byte)."""
@@ -74,121 +70,170 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   would (tests use it).
   """
   started = time.time()
+  c, run, tokenizer, batches, workdir, config_dict = _prepare(config, workdir)
+  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
+  state = _initial_state(c, run, checkpointer, batches, tokenizer)
+  step = start = int(state.step)
+  if start >= c.train_steps:
+    print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
+          f'raise --config.train_steps to train further.', file=sys.stderr)
+    checkpointer.close()
+    return {}
+  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start)
+  end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
+  profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
+  try:
+    with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
+      while step < end:
+        state, step_metrics = run.step_fn(state, sharding.global_batch(next(batches), run.batch_sharding), rng)
+        step += 1
+        log.add(step, step_metrics)
+        profiler.after_step(step, state)
+        evaluated = evaluator(step, state)  # its time paused out of the throughput's timer
+        stopping = stop.should_stop(step - start)
+        if scaffold.itstime(step, c.log_every, end):
+          log.write(step, evaluated)
+        elif evaluated:
+          log.writer.write(step, evaluated)
+        if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
+          log.check_finite(step)
+          checkpointer.save(step, state, batches.get_state())
+        if stopping:
+          checkpointer.wait()
+          log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '
+                             'run the same command again to resume.')
+          break
+    checkpointer.wait()
+    log.writer.close()
+  except OSError as e:  # metrics.jsonl or the TensorBoard events: the checkpoints are written apart from them
+    raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
+                        'resumes from the newest one') from None
+  finally:
+    log.close()
+    checkpointer.close()
+    profiler.close()  # last: a failed upload of the trace (gs://) must not leave a checkpoint unwritten
+  report.print_pretraining_summary(workdir, log.last, start_step=start, step=step, train_steps=c.train_steps,
+                                   seconds=time.time() - started, checkpoint=checkpointer.directory / str(step))
+  return log.last
+
+
+def _prepare(config, workdir):
+  """(TrainConfig, Pretraining, tokenizer, batches, workdir as a path, the config to save) of the run `config` in
+  `workdir`, with everything the command line says checked and nothing written yet."""
   continued.check_workdir(config, workdir)
   config = continued.adopt(config)  # with init_checkpoint: its model and tokenizer
   config_dict = config.to_dict()
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
-  data_config = config_lib.from_dict(data.DataConfig, config_dict['data'], where='data')
+  data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
   if c.model.vocab_size != tokenizer.vocab_size:
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
-  mesh = sharding.make_mesh(c.mesh)
-  run = train_step.cached(c, tokenizer.special, mesh)
+  run = train_step.cached(c, tokenizer.special, sharding.make_mesh(c.mesh))
   run.check_batch()  # before anything is written; the compile and the step do not check again
-  examples = data.load_examples(data_config, tokenizer, seed=c.seed, process_index=jax.process_index(),
+  examples = data.load_examples(c.data, tokenizer, seed=c.seed, process_index=jax.process_index(),
                                 process_count=jax.process_count())
   batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
   if (workdir / 'checkpoints').is_dir():
     _check_resume_config(workdir, config_dict)
+  return c, run, tokenizer, batches, workdir, config_dict
 
-  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
+
+def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, checkpointer: Checkpointer, batches,
+                   tokenizer):
+  """The state of the newest checkpoint that reads back (and `batches` set to its position), else a fresh one:
+  initialised, from init_checkpoint, as the objective needs it. Closes `checkpointer` if it fails."""
   try:
     restored = checkpointer.restore_latest(run.abstract_state())
     if restored is None:
       state = run.init_state(jax.random.PRNGKey(c.seed))
       if c.init_checkpoint:
         state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
-      state = frozen.initial_state(c, run, state, tokenizer)  # electra_frozen: the generator's weights
-    else:
-      latest, state, data_state = restored
-      batches.set_state(data_state)
-      if jax.process_index() == 0:
-        print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
+      return objective.get(c.objective.name).initial_state(c, run, state, tokenizer)
+    latest, state, data_state = restored
+    batches.set_state(data_state)
+    if jax.process_index() == 0:
+      print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
+    return state
   except BaseException:
     checkpointer.close()
     raise
-  start = int(state.step)
-  if start >= c.train_steps:
-    print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
-          f'raise --config.train_steps to train further.', file=sys.stderr)
-    checkpointer.close()
-    return {}
 
+
+def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
+           start: int):
+  """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`,
+  the FLOPs announced, the train and evaluation steps compiled, the metrics files and the progress bar opened.
+  Returns (the run's base key, the Evaluator, the _Log)."""
   if jax.process_index() == 0:
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
-  step_flops = flops.train_flops_per_step(c)
-  if jax.process_index() == 0:
-    print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
-          f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
+  log = _Log(c, workdir, start)
   rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
-                       sharding.replicated(mesh))
-  accumulate = jax.jit(metrics_lib.accumulate)
+                       sharding.replicated(run.mesh))
   with report.compiling('the train step'):  # before the progress bar: its rate and ETA exclude the compile
     run.compile()
-  evaluator = evaluation.Evaluator(run, data.load_eval_examples(data_config, tokenizer, seed=c.seed) if c.eval_every
-                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
-  writer = metrics_lib.MetricsWriter(workdir, resumed_at=start)
-  end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
-  progress = scaffold.progress_bar(c.train_steps, start, 'pre-training')
-  total, previous, last = None, None, {}
-  log_start, log_step = time.time(), start
-  step = start
-  profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
-  try:
-    with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
-      while step < end:
-        batch = sharding.global_batch(next(batches), run.batch_sharding)
-        state, step_metrics = run.step_fn(state, batch, rng)
-        step += 1
-        total = accumulate(total, step_metrics)
-        # Check the previous step's loss while this one runs: catches NaN/inf without stalling the device.
-        _check_finite(previous, step - 1)
-        previous = step_metrics
-        progress.update(1)
-        profiler.after_step(step, state)
-        evaluated = evaluator(step, state)
-        log_start += evaluated.get('eval_seconds', 0.0)  # tokens_per_second counts training time only
-        stopping = stop.should_stop(step - start)
-        if step % c.log_every == 0 or step == end:
-          _check_finite(previous, step)
-          last = metrics_lib.summarize(total)
-          elapsed = time.time() - log_start
-          last['tokens_per_second'] = (step - log_step) * c.batch_size * c.data.max_seq_length / elapsed
-          last['train_flops'] = step * step_flops
-          last.update(evaluated)
-          writer.write(step, last)
-          progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
-                                if k in last}, refresh=False)
-          total, log_start, log_step = None, time.time(), step
-        elif evaluated:
-          writer.write(step, evaluated)
-        if step % c.checkpoint_every == 0 or step in c.save_steps or step == end or stopping:
-          _check_finite(previous, step)
-          checkpointer.save(step, state, batches.get_state())
-        if stopping:
-          checkpointer.wait()
-          progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '
-                         'run the same command again to resume.')
-          break
-    checkpointer.wait()
-    writer.close()
-  except OSError as e:  # metrics.jsonl or the TensorBoard events: the checkpoints are written apart from them
-    raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
-                        'resumes from the newest one') from None
-  finally:
-    progress.close()
-    with contextlib.suppress(OSError):  # already reported above, if it failed
-      writer.close()
-    checkpointer.close()
-    profiler.close()  # last: a failed upload of the trace (gs://) must not leave a checkpoint unwritten
-  report.print_pretraining_summary(workdir, last, start_step=start, step=step, train_steps=c.train_steps,
-                                   seconds=time.time() - started, checkpoint=checkpointer.directory / str(step))
-  return last
+  evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
+                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
+                                   timer=log.timer)
+  log.start()
+  return rng, evaluator, log
+
+
+class _Log:
+  """What the loop reports: the metrics summed on device since the last log, checked finite a step late (reading
+  a step's loss while the next runs does not stall the device), written with the training throughput (`timer`,
+  which evaluation pauses) and the FLOPs so far to metrics.jsonl and TensorBoard, and the progress bar."""
+
+  def __init__(self, c: config_lib.TrainConfig, workdir, start: int):
+    self.c, self.workdir, self.logged_step, self.last = c, workdir, start, {}
+    self.step_flops = objective.train_flops_per_step(c)
+    if jax.process_index() == 0:
+      print(f'{c.objective.name} pre-training: {self.step_flops:.3e} FLOPs per step (3 x forward matmuls), '
+            f'{self.step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
+    self.total = self.previous = self.writer = self.progress = None
+    self.timer = scaffold.Chrono()
+    self._accumulate = jax.jit(metrics_lib.accumulate)
+
+  def start(self):
+    """Opens the metrics files and the progress bar (after the compiles: its rate and ETA exclude them), and starts
+    the timer."""
+    self.writer = metrics_lib.MetricsWriter(self.workdir, resumed_at=self.logged_step)
+    self.progress = scaffold.progress_bar(self.c.train_steps, self.logged_step, 'pre-training')
+    self.timer.restart()
+
+  def add(self, step: int, step_metrics):
+    """Adds step `step`'s metrics to the sums, and checks the previous step's loss."""
+    self.total = self._accumulate(self.total, step_metrics)
+    _check_finite(self.previous, step - 1)
+    self.previous = step_metrics
+    self.progress.update(1)
+
+  def check_finite(self, step: int):
+    """Raises TrainingError if the loss of step `step` (the last added) is NaN or infinite."""
+    _check_finite(self.previous, step)
+
+  def write(self, step: int, evaluated: dict[str, float]):
+    """Writes the metrics of the steps since the last write, their throughput and `evaluated`, as of step `step`."""
+    self.check_finite(step)
+    c, last = self.c, metrics_lib.summarize(self.total)
+    last['tokens_per_second'] = ((step - self.logged_step) * c.batch_size * c.data.max_seq_length
+                                 / self.timer.seconds())
+    last['train_flops'] = step * self.step_flops
+    last.update(evaluated)
+    self.writer.write(step, last)
+    self.progress.set_postfix({k: f'{last[k]:.3f}' for k in ('loss', 'gen_accuracy', 'disc_recall', 'mlm_accuracy')
+                               if k in last}, refresh=False)
+    self.total, self.logged_step, self.last = None, step, last
+    self.timer.restart()
+
+  def close(self):
+    self.progress.close()
+    with contextlib.suppress(OSError):  # already reported, if it failed
+      self.writer.close()
 
 
 def _check_finite(step_metrics, step: int):

@@ -148,8 +148,8 @@ def forbidden_gcs_environment():
 # together. Only the order changes: a file missing here runs after these, in its usual place.
 LONGEST_FIRST = ('test_train_step.py', 'test_sharding.py', 'test_trainer.py', 'test_gcs.py', 'test_compare.py',
                  'test_continued.py', 'test_aot.py', 'test_finetune_train.py', 'test_attention.py',
-                 'test_objectives.py', 'test_convert.py', 'test_frozen.py', 'test_precision.py', 'test_learning.py',
-                 'test_model.py', 'test_gdes.py')
+                 'test_objective_ablations.py', 'test_convert.py', 'test_frozen.py', 'test_precision.py',
+                 'test_learning.py', 'test_model.py', 'test_gdes.py')
 
 
 def pytest_collection_modifyitems(items):

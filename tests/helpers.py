@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from electra_jax import checkpoint, data
+from electra_jax import data, objective, pretrained
 from electra_jax.data import __main__ as data_cli
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ModelConfig
@@ -165,7 +165,7 @@ def read_metrics(workdir) -> list[dict]:
 
 def final_params(workdir):
   """The parameters and data position of the latest checkpoint of `workdir`."""
-  _, params = checkpoint.load_params(str(workdir))
+  _, params = pretrained.load_params(str(workdir))
   ckpt = Checkpointer(str(workdir))
   data_state = ckpt.manager.restore(ckpt.latest_step(), args=ocp.args.Composite(data=ocp.args.JsonRestore()))
   ckpt.close()
@@ -215,7 +215,7 @@ def random_params(model_config, seed=0):
   """Random values (not just the initialiser's constants) for every parameter of `Electra(model_config)`."""
   rng = np.random.default_rng(seed)
   return jax.tree.map(lambda s: rng.normal(0, 0.1, s.shape).astype(np.float32),
-                      checkpoint.abstract_params(Electra(model_config)))
+                      pretrained.abstract_params(Electra(model_config)))
 
 
 # A small converted model (test_convert, test_hf_tokenizer); the vocabulary size is the caller's.
@@ -287,6 +287,17 @@ def stub_generator_logits(targets):
   probs = jnp.where(vocab == t, jnp.where(t == 7, 0.5, 0.25),
                     jnp.where(vocab == c, jnp.where(t == 7, 0.25, 0.5), 1 / 24))
   return jnp.log(probs)
+
+
+def loss_of(name: str):
+  """(loss, Metrics) of objective `name` for a batch whose masking and sampler are chosen (a test fixes them): its
+  two halves, `Objective.sums` then `Objective.metrics`, as gradient accumulation runs them."""
+  spec = objective.get(name)
+
+  def loss(apply_fn, params, batch, masked, sample, *, config, deterministic=False):
+    return spec.metrics(spec.sums(apply_fn, params, batch, masked, sample, config=config, deterministic=deterministic),
+                        config)
+  return loss
 
 
 def token_batch(ids) -> dict[str, np.ndarray]:

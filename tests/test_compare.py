@@ -13,7 +13,7 @@ import ml_collections
 import pytest
 
 from configs.experiments import compare_cpu, compare_gpu
-from electra_jax import checkpoint
+from electra_jax import checkpoint, config_files, objective
 from electra_jax import config as config_lib
 from electra_jax.config import ConfigError
 from electra_jax.experiments import compare
@@ -131,7 +131,7 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
     steps = [e['steps'] for e in run['budgets']]
     assert sorted(os.listdir(os.path.join(workdir, 'pretrain', name, 'checkpoints')), key=int) == [str(s) for s in
                                                                                                    steps]
-    saved = checkpoint.load_config(os.path.join(workdir, 'pretrain', name))
+    saved = config_files.load_config(os.path.join(workdir, 'pretrain', name))
     assert saved.train_steps == max(steps) and saved.objective.name == name
     masking = (saved.objective.mask_token_prob, saved.objective.random_token_prob)
     assert masking == ((0.8, 0.1) if name == 'mlm' else (0.85, 0.0))  # mlm's overrides: BERT's 80/10/10
@@ -194,8 +194,7 @@ def test_gpu_preset_is_the_papers_small_at_1e16(grammar_corpus, cache_dir):
   assert (electra.batch_size, electra.data.max_seq_length, electra.optimizer.learning_rate) == (128, 128, 5e-4)
   assert (mlm.objective.mask_token_prob, mlm.objective.random_token_prob) == (0.8, 0.1)
   assert electra.eval_every and electra.data.eval_fraction and electra.checkpoint_every > 10**6
-  assert [compare.steps_for_budget(1e16, compare.flops.train_flops_per_step(c)) for c in (electra, mlm)] == [8696,
-                                                                                                            9383]
+  assert [compare.steps_for_budget(1e16, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [8696, 9383]
 
 
 @pytest.mark.slow
@@ -300,9 +299,9 @@ def test_finetune_budgets_stop_early_and_a_frozen_generator_from_the_experiment(
   for name, steps in (('mlm', mlm_steps), ('electra_floor_frozen', frozen_steps)):
     assert [e['steps'] for e in results['objectives'][name]['budgets']] == [steps[0]]
     assert os.listdir(workdir / 'pretrain' / name / 'checkpoints') == [str(steps[0])]
-    assert checkpoint.load_config(str(workdir / 'pretrain' / name)).train_steps == steps[1]
+    assert config_files.load_config(str(workdir / 'pretrain' / name)).train_steps == steps[1]
   # The frozen generator is the mlm run at its first budget; its training cost is stated apart.
-  saved = checkpoint.load_config(str(workdir / 'pretrain' / 'electra_floor_frozen'))
+  saved = config_files.load_config(str(workdir / 'pretrain' / 'electra_floor_frozen'))
   assert saved.objective.generator_step == mlm_steps[0]
   generator_cost = mlm_steps[0] * plans['mlm'].flops_per_step
   assert results['objectives']['electra_floor_frozen']['generator_train_flops'] == pytest.approx(generator_cost)

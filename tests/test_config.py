@@ -173,7 +173,11 @@ def test_variant_errors(overrides, message):
      'objective__disc_weight_warmup_fraction': 0.25},
 ])
 def test_variants_load(overrides):
-  config_lib.load(_values(**overrides), vocab_size=100)
+  """Combinations that are allowed load, each setting as given (none dropped or rewritten by a check)."""
+  c = config_lib.load(_values(**overrides), vocab_size=100)
+  for dotted, value in overrides.items():
+    section, _, key = dotted.rpartition('__')
+    assert getattr(getattr(c, section) if section else c, key) == value, dotted
 
 
 def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():

@@ -13,13 +13,13 @@ from flax import traverse_util
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import checkpoint, convert, masking, objective, sharding  # noqa: E402
+from electra_jax import checkpoint, config_files, convert, masking, pretrained, sharding  # noqa: E402
 from electra_jax.config import ModelConfig, ObjectiveConfig  # noqa: E402
 from electra_jax.model import Electra  # noqa: E402
 from electra_jax.train_step import Pretraining  # noqa: E402
 from helpers import CONVERT_MODEL, SPECIAL, random_params  # noqa: E402  # pylint: disable=g-bad-import-order
 from helpers import HF_SIZES as SIZES, WORDPIECE_VOCAB as VOCAB  # noqa: E402
-from helpers import hf_models, save_hf, write_tokenizer_files  # noqa: E402
+from helpers import hf_models, loss_of, save_hf, write_tokenizer_files  # noqa: E402
 
 # Every test here compiles or trains a model (or shares a module fixture that does): the slow tier.
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def test_hf_names_are_exactly_transformers_state_dict_keys():
   model = ModelConfig(vocab_size=len(VOCAB), embedding_size=32, hidden_size=64, num_layers=2, num_heads=2,
                       intermediate_size=96, generator_hidden_fraction=0.5, max_position_embeddings=32)
   names = {convert.DISC: set(), convert.GEN: set()}
-  for path in traverse_util.flatten_dict(checkpoint.abstract_params(Electra(model))):
+  for path in traverse_util.flatten_dict(pretrained.abstract_params(Electra(model))):
     for what in convert.hf_name(path)[0]:
       names[what].add(convert.hf_name(path)[1])
   disc, gen = hf_models(32, 64, 32, 2)
@@ -87,7 +87,7 @@ def imported(request, tmp_path_factory):
   disc, gen = hf_models(*request.param)
   disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
   convert.main(['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', str(tmp_path / 'run')])
-  config, params = checkpoint.load_params(str(tmp_path / 'run'))
+  config, params = pretrained.load_params(str(tmp_path / 'run'))
   return dict(sizes=request.param, disc=disc, gen=gen, disc_dir=disc_dir, gen_dir=gen_dir,
               workdir=str(tmp_path / 'run'), config=config, params=params)
 
@@ -108,7 +108,7 @@ def test_import_hf_pair_gives_transformers_logits(imported):
 
 @pytest.mark.parametrize('imported', [SIZES['E!=H']], ids=['E!=H'], indirect=True)
 def test_import_is_a_train_state_the_trainer_resumes_from(imported):
-  config = checkpoint.load_config(imported['workdir'])
+  config = config_files.load_config(imported['workdir'])
   run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
   checkpointer = checkpoint.Checkpointer(imported['workdir'])
   state, data_state = checkpointer.restore(0, run.abstract_state())
@@ -122,7 +122,7 @@ def test_import_is_a_train_state_the_trainer_resumes_from(imported):
 def test_import_discriminator_alone_initialises_the_generator(imported, tmp_path):
   with pytest.warns(convert.ConversionWarning, match='initialised randomly'):
     convert.import_hf(imported['disc_dir'], str(tmp_path / 'run'))
-  config, params = checkpoint.load_params(str(tmp_path / 'run'))
+  config, params = pretrained.load_params(str(tmp_path / 'run'))
   assert config.model.generator_hidden_fraction == 0.25  # configs/default.py's, as nothing says otherwise
   for name in ('embeddings', 'discriminator'):  # the same as the pair's, which give transformers' logits
     jax.tree.map(np.testing.assert_array_equal, params[name], imported['params'][name])
@@ -150,7 +150,7 @@ def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tm
   disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
   with pytest.warns(convert.ConversionWarning, match='electra.embeddings.LayerNorm.bias'):
     convert.import_hf(disc_dir, str(tmp_path / 'run'), generator_dir=gen_dir)
-  _, params = checkpoint.load_params(str(tmp_path / 'run'))
+  _, params = pretrained.load_params(str(tmp_path / 'run'))
   np.testing.assert_array_equal(params['embeddings']['LayerNorm']['bias'],
                                 disc.electra.embeddings.LayerNorm.bias.detach().numpy())
 
@@ -196,7 +196,7 @@ def test_export_loads_in_transformers_and_round_trips_bit_exactly(tmp_path):
   np.testing.assert_allclose(ours[mask > 0], hidden[mask > 0], atol=1e-4, rtol=0)
 
   convert.import_hf(disc_dir, str(tmp_path / 'back'), generator_dir=gen_dir)
-  config, back = checkpoint.load_params(str(tmp_path / 'back'))
+  config, back = pretrained.load_params(str(tmp_path / 'back'))
   assert config.model == model
   flat, flat_back = traverse_util.flatten_dict(params), traverse_util.flatten_dict(back)
   assert flat.keys() == flat_back.keys()
@@ -237,7 +237,7 @@ def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   batch = {'input_ids': jnp.asarray(ids), 'segment_ids': jnp.asarray(segments), 'input_mask': jnp.asarray(mask)}
   model = Electra(config.model)
   apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
-  loss_fn = jax.jit(lambda params, batch, masked: objective.replaced_token_loss(
+  loss_fn = jax.jit(lambda params, batch, masked: loss_of('electra')(
       apply_fn, params, batch, masked, lambda _: jnp.asarray(samples), config=ObjectiveConfig(), deterministic=True))
   loss, metrics = loss_fn(params, batch, masked)
 

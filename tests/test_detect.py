@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from electra_jax import checkpoint, config as config_lib, data, detect, optimizer
+from electra_jax import config as config_lib, data, detect, optimizer, pretrained
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.model import Electra
 from electra_jax.train_step import TrainState
@@ -36,7 +36,7 @@ def own_run(tmp_path_factory, corpus_file, cache_dir):
   rng = np.random.default_rng(0)
   params = jax.tree_util.tree_map_with_path(  # LayerNorm scales near 1, so the tokens stay distinguishable
       lambda path, s: jnp.asarray((path[-1].key == 'scale') + rng.normal(0, 0.3, s.shape), jnp.float32),
-      checkpoint.abstract_params(Electra(c.model)))
+      pretrained.abstract_params(Electra(c.model)))
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
   checkpointer = Checkpointer(workdir)
   state = TrainState(jnp.asarray(7, jnp.int32), params, jax.jit(tx.init)(params))

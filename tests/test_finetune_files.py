@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from electra_jax.config import ConfigError
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.finetune import files, tasks
 
 DATA = os.path.join(os.path.dirname(__file__), 'data')

@@ -35,7 +35,10 @@ def _small_params():
 
 
 def test_multipliers_follow_the_formula_on_a_two_layer_model():
-  flat = flax.traverse_util.flatten_dict(optimizer.lr_multipliers(_abstract_params(), num_layers=2, decay=0.8), sep='/')
+  ones = jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), _abstract_params())
+  tx = optimizer.layerwise_decay(num_layers=2, decay=0.8)
+  scaled, _ = tx.update(ones, tx.init(ones))  # each update of ones scaled by its parameter's multiplier
+  flat = flax.traverse_util.flatten_dict(jax.tree.map(lambda x: float(x.reshape(-1)[0]), scaled), sep='/')
   # L = 2: head depth 4 -> 0.8^0; layer 1 depth 2 -> 0.8^2; layer 0 depth 1 -> 0.8^3; embeddings depth 0 -> 0.8^4.
   expected = {
       'head/dense/kernel': 1.0,
@@ -63,9 +66,9 @@ def test_updates_are_scaled_per_layer():
     state = jax.tree.map(lambda x: x + 5 if x.dtype == jnp.int32 else x, state)  # step 5 (warm-up): lr > 0
     updates[decay], _ = jax.jit(tx.update)(grads, state, params)
   ratio = jax.tree.map(lambda a, b: float(jnp.mean(a / b)), updates[0.8], updates[1.0])
-  expected = optimizer.lr_multipliers(params, 2, 0.8)
-  assert jax.tree.leaves(expected) == pytest.approx([0.8 ** 3, 0.8 ** 3, 0.8 ** 2, 0.8 ** 4, 0.8 ** 4, 1.0])
-  for (path, r), e in zip(jax.tree_util.tree_leaves_with_path(ratio), jax.tree.leaves(expected)):
+  # Leaves in tree order: layer_0's bias and kernel (depth 1), layer_1 (2), the embeddings' two (0), the head (4).
+  expected = [0.8 ** 3, 0.8 ** 3, 0.8 ** 2, 0.8 ** 4, 0.8 ** 4, 1.0]
+  for (path, r), e in zip(jax.tree_util.tree_leaves_with_path(ratio), expected, strict=True):
     assert r == pytest.approx(e, rel=1e-5), jax.tree_util.keystr(path)
 
 

@@ -18,7 +18,7 @@ import dataclasses
 
 import pytest
 
-from electra_jax import flops
+from electra_jax import flops, objective
 from electra_jax.config import ModelConfig, ObjectiveConfig
 
 SMALL = ModelConfig(vocab_size=30522, embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
@@ -76,13 +76,16 @@ def test_paper_total_for_electra_small():
   assert 0.85 < matmul_total / 1.3e18 < 0.90
 
 
-def test_inference_is_the_discriminator_forward():
-  assert flops.inference_flops_per_token(SMALL, L) == DISC_PER_TOKEN
-  assert flops.inference_flops_per_token(SMALL, L, convention='paper') == DISC_PER_TOKEN_PAPER
+def test_a_discriminator_alone():
+  """electra_frozen's model: the discriminator (embeddings, encoder, RTD head) without a generator of its own."""
+  alone = objective.get('electra_frozen')
+  assert flops.pretraining_forward_flops_per_sequence(SMALL, L, P, alone) == L * DISC_PER_TOKEN
+  assert (flops.pretraining_forward_flops_per_sequence(SMALL, L, P, alone, convention='paper')
+          == L * DISC_PER_TOKEN_PAPER)
 
 
 def test_objectives():
-  per_seq = lambda name: flops.pretraining_forward_flops_per_sequence(SMALL, L, P, name)
+  per_seq = lambda name: flops.pretraining_forward_flops_per_sequence(SMALL, L, P, objective.get(name))
   assert per_seq('electra') == FORWARD_PER_SEQUENCE
   assert per_seq('electra_15') == FORWARD_PER_SEQUENCE  # the loss is restricted, not the computation
   # Replace MLM: the RTD head on every token becomes an MLM head (H -> E, E -> V) at the P positions.
@@ -92,13 +95,13 @@ def test_objectives():
   assert per_seq('all_tokens_mlm') == FORWARD_PER_SEQUENCE - L * RTD_HEAD + L * (disc_mlm_head + 2 * 256)
   # BERT: no generator at all.
   assert per_seq('mlm') == L * (12 * DISC_LAYER + DISC_PROJECTION) + P * disc_mlm_head
-  assert flops.pretraining_flops_per_step(SMALL, B, L, P, 'mlm') == 3 * B * per_seq('mlm')
+  assert flops.pretraining_flops_per_step(SMALL, B, L, P, objective.get('mlm')) == 3 * B * per_seq('mlm')
   # Adversarial ELECTRA: ELECTRA plus the REINFORCE baseline, dense(H_g -> 1) at the P positions.
   assert per_seq('electra_adversarial') == FORWARD_PER_SEQUENCE + P * 2 * 64
   with pytest.raises(ValueError, match='objective'):
     per_seq('bert')
   with pytest.raises(ValueError, match='convention'):
-    flops.inference_flops_per_token(SMALL, L, convention='tf')
+    flops.pretraining_flops_per_step(SMALL, B, L, P, convention='tf')
 
 
 def test_tying():

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, data, flops, frozen, sharding, train_step, trainer
+from electra_jax import (checkpoint, config_files, data, flops, frozen, objective, pretrained, sharding, train_step,
+                         trainer)
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
 from helpers import tiny_pretraining_config  # pylint: disable=g-bad-import-order
@@ -42,7 +43,7 @@ def read_metrics(workdir):
 
 def all_params(workdir, step=None):
   """Every parameter of a run's checkpoint, the frozen generator's included (load_params reads the rest)."""
-  c = checkpoint.load_config(workdir)
+  c = config_files.load_config(workdir)
   run = train_step.cached(c, data.tokenizer.load(workdir).special, sharding.make_mesh(c.mesh))
   ckpt = checkpoint.Checkpointer(workdir)
   try:
@@ -70,7 +71,7 @@ def test_generator_is_loaded_and_never_trained(one_go, mlm_run):
   assert not np.array_equal(first['embeddings']['word_embeddings']['embedding'],
                             params['embeddings']['word_embeddings']['embedding'])
   # Fine-tuning reads the discriminator alone.
-  config, loaded = checkpoint.load_params(one_go)
+  config, loaded = pretrained.load_params(one_go)
   assert config.objective.name == 'electra_frozen' and set(loaded) == {'embeddings', 'discriminator'}
 
 
@@ -83,8 +84,8 @@ def test_temperature_schedule_and_flops(one_go, mlm_run, corpus_file, cache_dir)
   assert all(2.0 < m['gen_loss'] < 6.0 for m in metrics)
   # FLOPs by hand: 3 x (discriminator encoder at every token + RTD head) + 1 x (the generator's encoder at every
   # token + its MLM head at the P selected positions), for B sequences of L tokens.
-  c = checkpoint.load_config(one_go)
-  source = checkpoint.load_config(mlm_run)
+  c = config_files.load_config(one_go)
+  source = config_files.load_config(mlm_run)
   batch, length, predictions = c.batch_size, c.data.max_seq_length, c.objective.num_predictions(32)
   disc = c.model.tower(generator=False)
   disc_forward = length * (flops.tower_forward_flops_per_token(disc, c.model.embedding_size, length)
@@ -94,10 +95,12 @@ def test_temperature_schedule_and_flops(one_go, mlm_run, corpus_file, cache_dir)
                  + predictions * flops.mlm_head_flops_per_prediction(gen.hidden_size, source.model))
   per_step = batch * (3 * disc_forward + gen_forward)
   assert [m['train_flops'] for m in metrics] == [pytest.approx(s * per_step, rel=1e-12) for s in range(1, 9)]
-  assert flops.train_flops_per_step(c) == pytest.approx(per_step, rel=1e-12)
+  assert objective.train_flops_per_step(c) == pytest.approx(per_step, rel=1e-12)
   # What the generator cost to train is apart: its 2 steps of mlm.
-  assert frozen.generator_train_flops(source, 2) == 2 * flops.train_flops_per_step(source)
-  assert 'training it cost' in frozen.describe(c, 2)
+  generator = objective.generator_source(c)
+  assert generator.config == source and generator.kind == 'mlm'
+  assert frozen.generator_train_flops(generator, 2) == 2 * objective.train_flops_per_step(source)
+  assert 'the mlm of' in frozen.describe(c, generator, 2) and 'training it cost' in frozen.describe(c, generator, 2)
 
 
 def test_resume_equals_uninterrupted(tmp_path, one_go, mlm_run, corpus_file, cache_dir):
@@ -147,7 +150,7 @@ def test_an_electra_runs_generator_samples_as_it_did():
                               method='generator_logits')
   np.testing.assert_array_equal(ours, theirs)
   # Its forward FLOPs are the generator's share of an electra step's forward pass.
-  electra = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, 'electra')
-  detector = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, 'electra_frozen')
+  electra = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, objective.get('electra'))
+  detector = flops.pretraining_forward_flops_per_sequence(gen, 16, 2, objective.get('electra_frozen'))
   assert flops.mlm_forward_flops_per_sequence(gen, False, 16, 2) == electra - detector > 0
 

@@ -1,4 +1,5 @@
-"""Replaced-token detection: sampling, labels, losses and metrics, checked against hand-worked numbers."""
+"""Replaced-token detection: sampling, labels, losses and metrics, checked against hand-worked numbers. The paper's
+ablation objectives and the registry are test_objective_ablations.py's."""
 
 import functools
 import math

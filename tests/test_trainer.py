@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, config as config_lib, data, trainer
+from electra_jax import checkpoint, config as config_lib, config_files, data, pretrained, trainer
 from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
 from helpers import tiny_pretraining_config as tiny_config, traced_functions
 
@@ -105,7 +105,7 @@ def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):
   last = trainer.train(config, tmp_path)
   assert last['mlm_loss'] > 0 and 'gen_loss' not in last
   assert [m['train_flops'] for m in read_metrics(tmp_path)] == [last['train_flops'] / 2, last['train_flops']]
-  _, params = checkpoint.load_params(str(tmp_path))
+  _, params = pretrained.load_params(str(tmp_path))
   assert 'generator' not in params and 'mlm_predictions' in params['discriminator']
 
 
@@ -114,7 +114,7 @@ def test_scanned_layers_train_and_load_unrolled(tmp_path, corpus_file, cache_dir
   config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2,
                        **{'model.scan_layers': True, 'model.num_layers': 2})
   assert math.isfinite(trainer.train(config, tmp_path)['loss'])
-  loaded, params = checkpoint.load_params(str(tmp_path))
+  loaded, params = pretrained.load_params(str(tmp_path))
   assert not loaded.model.scan_layers
   for tower, width in (('discriminator', 32), ('generator', 16)):
     encoder = params[tower]['encoder']
@@ -185,11 +185,11 @@ def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir):
   config = tiny_config(corpus_file, cache_dir, checkpoint_every=100, keep_checkpoints=1, save_steps=(2, 3))
   trainer.train(config, tmp_path, stop_after=5)  # 8 steps' program, compiled once for this file; stopped at 5
   assert sorted(os.listdir(tmp_path / 'checkpoints'), key=int) == ['2', '3', '5']
-  params = {step: jax.device_get(checkpoint.load_params(str(tmp_path), step=step)[1]) for step in (2, 3, 5)}
+  params = {step: jax.device_get(pretrained.load_params(str(tmp_path), step=step)[1]) for step in (2, 3, 5)}
   kernel = lambda p: p['discriminator']['encoder']['layer_0']['output']['dense']['kernel']
   assert not np.array_equal(kernel(params[2]), kernel(params[3]))
   np.testing.assert_array_equal(kernel(params[5]), kernel(final_params(tmp_path)[0]))
-  assert checkpoint.load_config(str(tmp_path)).save_steps == (2, 3)
+  assert config_files.load_config(str(tmp_path)).save_steps == (2, 3)
 
 
 def test_startup_stages_and_the_end_of_run_summary(tmp_path, corpus_file, cache_dir, capsys):

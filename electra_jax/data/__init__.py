@@ -17,12 +17,13 @@ import os
 import numpy as np
 
 from electra_jax import fileio, report
+from electra_jax.config import DataConfig
 from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import split as split_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.data.loader import BatchIterator
 from electra_jax.data.tokenizer import Tokenizer
 
@@ -30,32 +31,6 @@ __all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokeni
            'load_eval_examples', 'open_source']
 
 TOKENIZER_SAMPLE_LINES = 2_000_000
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-  """`config.data`: see configs/default.py for what each key means."""
-  source: str = ''
-  tokenizer: str = ''
-  tokenizer_type: str = 'unigram'
-  vocab_size: int = 8000
-  lowercase: bool = True
-  max_seq_length: int = 128
-  text_field: str = 'text'
-  tfds_split: str = 'train'
-  tfds_data_dir: str = ''
-  cache_dir: str = ''
-  eval_fraction: float = 0.0
-  eval_source: str = ''
-
-  def __post_init__(self):
-    if self.tokenizer_type not in tokenizer_lib.TYPES:
-      raise DataError(f'data.tokenizer_type must be one of {", ".join(tokenizer_lib.TYPES)}, '
-                      f'got {self.tokenizer_type!r}')
-    if not 0 <= self.eval_fraction < 1:
-      raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
-    if self.eval_fraction and self.eval_source:
-      raise DataError('data.eval_fraction and data.eval_source both name held-out text; set one of them')
 
 
 def cache_dir(config: DataConfig) -> str:

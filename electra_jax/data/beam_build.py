@@ -29,7 +29,7 @@ from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 
 LOCAL_RUNNERS = ('DirectRunner', 'PrismRunner')
 

@@ -25,7 +25,7 @@ from electra_jax import fileio
 from electra_jax.data import corpus
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import packing
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.data.tokenizer import Tokenizer
 
 CHUNK_CHARS = 1 << 20

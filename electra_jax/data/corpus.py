@@ -22,13 +22,10 @@ import random
 from typing import Iterator
 
 from electra_jax import fileio
+from electra_jax.errors import DataError
 
 QUICKSTART = os.path.join(os.path.dirname(__file__), 'quickstart', 'kjv.txt.gz')
 TFDS_PREFIX = 'tfds:'
-
-
-class DataError(ValueError):
-  """Input data the user must fix; the message says how."""
 
 
 class EmptyTextError(DataError):

@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from electra_jax import fileio
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.masking import SpecialIds
 
 METADATA = 'electra_data.json'

@@ -18,7 +18,7 @@ import hashlib
 
 import numpy as np
 
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.masking import SpecialIds
 
 

@@ -19,13 +19,14 @@ import tempfile
 from typing import Iterable, Sequence
 
 from electra_jax import fileio
-from electra_jax.data.corpus import DataError
+from electra_jax.config import TOKENIZER_TYPES
+from electra_jax.errors import DataError
 from electra_jax.masking import SpecialIds
 
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
 HF_TOKENIZER_FILE = 'tokenizer.json'  # what transformers 5 saves a fast tokenizer as (no vocab.txt)
-TYPES = ('unigram', 'bpe', 'wordpiece')
+TYPES = TOKENIZER_TYPES  # data.tokenizer_type: config.py holds them, where DataConfig checks them
 # Why a tokenizer cannot be trained on a corpus without a line of text (data.source, or --source of `data tokenizer`).
 NO_TEXT = 'the corpus is empty (not one line of text): point the source at files that hold text'
 

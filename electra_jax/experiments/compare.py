@@ -3,7 +3,7 @@ r"""Pre-training objectives compared at equal compute, on downstream tasks, agai
   python -m electra_jax.experiments.compare --config=configs/experiments/compare_cpu.py --workdir=WORKDIR \
       [--config.flops_budgets=1e13,3e13 --config.tasks="'DIR1','DIR2'" --config.seeds=5]
 
-For each run in `objectives`: its FLOPs per step (`flops.train_flops_per_step`, what the trainer logs as
+For each run in `objectives`: its FLOPs per step (`objective.train_flops_per_step`, what the trainer logs as
 `train_flops`) give each budget a step count, round(budget / FLOPs per step). ONE pre-training run goes to the
 largest budget's step and keeps a checkpoint at every budget's step (`save_steps`), so the smaller budgets are
 intermediate checkpoints of that run: their learning-rate schedule is the largest budget's (not yet decayed to 0).
@@ -45,7 +45,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, compile_cache, data, fileio, finetune, flops, frozen, trainer
+from electra_jax import cli, compile_cache, data, fileio, finetune, frozen, objective, trainer
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -124,8 +124,8 @@ def finetuned(config, budget: float) -> bool:
 WORKDIR_PREFIX = 'WORKDIR/'
 
 
-def _frozen_generator(run, c, plans: dict, workdir) -> tuple[float, float]:
-  """(forward FLOPs per step, FLOPs it cost to train) of the frozen generator of `run` (its config `c`), setting
+def _frozen_generator(run, c, plans: dict, workdir) -> tuple[frozen.Source, float]:
+  """(the run it samples from, FLOPs it cost to train) of the frozen generator of `run` (its config `c`), setting
   `run`'s objective.generator_checkpoint (and step) when it names a run of this experiment ('WORKDIR/...')."""
   path = run.objective.generator_checkpoint
   if path.startswith(WORKDIR_PREFIX):
@@ -141,12 +141,12 @@ def _frozen_generator(run, c, plans: dict, workdir) -> tuple[float, float]:
     if run.objective.generator_step not in source_plan.steps:
       raise ConfigError(f'objective.generator_step {run.objective.generator_step} is not a checkpoint of run '
                         f'{parts[1]} (its steps: {source_plan.steps})')
-    source = config_lib.load(source_plan.config, vocab_size=c.model.vocab_size)
+    source = objective.generator_source(c, config_lib.load(source_plan.config, vocab_size=c.model.vocab_size))
   else:
-    source = frozen.generator_run(c)[0]
+    source = objective.generator_source(c)
   c = config_lib.load(run, vocab_size=c.model.vocab_size)
   step = c.objective.generator_step or frozen.latest_step(c.objective.generator_checkpoint)
-  return frozen.forward_flops_per_step(c, source, frozen.kind_of(source)), frozen.generator_train_flops(source, step)
+  return source, frozen.generator_train_flops(source, step)
 
 
 def plan(config, workdir=None) -> list[Plan]:
@@ -158,20 +158,16 @@ def plan(config, workdir=None) -> list[Plan]:
     run = ml_collections.ConfigDict(config.pretrain.to_dict())  # an unlocked copy
     run.objective.name = name
     _override(run, config.overrides.get(name, {}), f'overrides.{name}')
-    data_config = config_lib.from_dict(data.DataConfig, run.data.to_dict(), where='pretrain.data')
+    data_config = config_lib.from_dict(config_lib.DataConfig, run.data.to_dict(), where='pretrain.data')
     try:
       vocab_size = data.load_tokenizer(data_config).vocab_size
     except data.DataError as e:  # its message names a pre-training config's keys (data.source): here pretrain.*
       raise data.DataError(re.sub(r'(?<![\w./])data\.(?=\w)', 'pretrain.data.', str(e))) from None
     c = config_lib.load(run, vocab_size=vocab_size)
-    generator_train_flops = 0.0
-    if c.objective.name == 'electra_frozen':  # its generator's forward pass, from the generator run's config
-      length = c.data.max_seq_length
-      per_step, generator_train_flops = _frozen_generator(run, c, plans, workdir)
-      per_step += flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length),
-                                                   objective=c.objective.name)
-    else:
-      per_step = flops.train_flops_per_step(c)
+    spec, source, generator_train_flops = objective.get(c.objective.name), None, 0.0
+    if spec.frozen_generator:  # its generator's forward pass, from the generator run's config
+      source, generator_train_flops = _frozen_generator(run, c, plans, workdir)
+    per_step = spec.train_flops_per_step(c, source)
     steps = tuple(steps_for_budget(b, per_step, name) for b in config.flops_budgets)
     run.train_steps = max(steps)
     run.save_steps = tuple(sorted(set(steps)))

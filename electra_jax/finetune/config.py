@@ -3,8 +3,7 @@
 import dataclasses
 
 from electra_jax import config as config_lib
-from electra_jax.config import ConfigError, MeshConfig, ModelConfig
-from electra_jax.data import DataConfig
+from electra_jax.config import ConfigError, DataConfig, MeshConfig, ModelConfig
 
 # Paper settings by model width (ELECTRA appendix): (peak learning rate, layer-wise decay).
 PAPER_SETTINGS = ((1024, 5e-5, 0.9), (768, 1e-4, 0.8), (0, 3e-4, 0.8))  # large, base, small

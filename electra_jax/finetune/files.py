@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from electra_jax import fileio
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,11 +38,6 @@ def depths(params, num_layers: int):
   return jax.tree_util.tree_map_with_path(lambda path, _: depth(_names(path), num_layers), params)
 
 
-def lr_multipliers(params, num_layers: int, decay: float):
-  """The tree of decay^(L+2-depth): the factor on each parameter's learning rate."""
-  return jax.tree.map(lambda d: decay ** (num_layers + 2 - d), depths(params, num_layers))
-
-
 def layerwise_decay(num_layers: int, decay: float) -> optax.GradientTransformation:
   """Scales each parameter's update by decay^(L+2-depth); stateless."""
   def labels(tree):

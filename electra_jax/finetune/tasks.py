@@ -24,7 +24,7 @@ from typing import Sequence
 from electra_jax import fileio
 from electra_jax.config import ConfigError
 from electra_jax.data import corpus
-from electra_jax.data.corpus import DataError
+from electra_jax.errors import DataError
 from electra_jax.finetune import files, metrics
 from electra_jax.finetune.files import SquadExample, TaggingExample, TextExample  # noqa: F401
 

@@ -26,10 +26,11 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from electra_jax import checkpoint, data, fileio, scaffold, sharding
+from electra_jax import data, fileio, pretrained, scaffold, sharding
 from electra_jax import metrics as metrics_lib
-from electra_jax.checkpoint import Checkpointer, CheckpointError
-from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.checkpoint import Checkpointer
+from electra_jax.config import ModelConfig
+from electra_jax.errors import CheckpointError, ConfigError, TrainingError
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, report, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
@@ -37,7 +38,6 @@ from electra_jax.finetune.config import FinetuneConfig, load as load_config
 from electra_jax.model import fold_embeddings_delta
 from electra_jax.preemption import StopSignal
 from electra_jax.train_step import TrainState
-from electra_jax.trainer import TrainingError
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
@@ -143,7 +143,7 @@ def _take_pretrained(target, source, where: str):
 def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, data.Tokenizer]:
   """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR, from
   its checkpoint `step` (0: the latest)."""
-  config, params = checkpoint.load_params(os.fspath(fileio.path(workdir)), step=step or None)
+  config, params = pretrained.load_params(os.fspath(fileio.path(workdir)), step=step or None)
   model = config.model
   if model.tying == 'gdes':  # the discriminator's embeddings are the shared ones plus its delta: one table to tune
     model, params = dataclasses.replace(model, tying='embeddings'), fold_embeddings_delta(params)

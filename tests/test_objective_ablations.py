@@ -23,7 +23,7 @@ from electra_jax import masking, objective, train_step
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
-from helpers import stub_generator_logits as _gen_logits_from_targets
+from helpers import loss_of, stub_generator_logits as _gen_logits_from_targets
 
 LOG2 = math.log(2.0)
 IDS = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
@@ -239,8 +239,8 @@ def test_adversarial_reinforce_gradient_by_hand():
 
   def loss(p, fn):
     return fn(_differentiable_stub, p, batch, _masked(), argmax, config=config)
-  (total, m), grads = jax.value_and_grad(functools.partial(loss, fn=objective.adversarial_loss), has_aux=True)(
-      params)
+  (total, m), grads = jax.value_and_grad(functools.partial(loss, fn=loss_of('electra_adversarial')),
+                                         has_aux=True)(params)
 
   # The generator's distribution at each slot (the stub's docstring): target 5 or 6 -> 1/4 on it, 1/2 on the
   # other, 1/24 elsewhere; target 7 -> 1/2 on 7, 1/4 on 5. Samples: 6, 5, 7 in row 0 and 7, 6 in row 1.
@@ -269,7 +269,7 @@ def test_adversarial_reinforce_gradient_by_hand():
   labels = (np.asarray(CORRUPTED) != IDS).astype(np.float64)
   hand = 50 / 9 * (1 / (1 + np.exp(-np.asarray(DISC_LOGITS))) - labels) * (IDS > 0)
   np.testing.assert_allclose(grads['disc'], hand, rtol=1e-5, atol=1e-7)
-  electra = jax.grad(lambda p: loss(p, objective.replaced_token_loss)[0])(params)
+  electra = jax.grad(lambda p: loss(p, loss_of('electra'))[0])(params)
   np.testing.assert_allclose(grads['disc'], electra['disc'], rtol=1e-6, atol=1e-8)
 
 

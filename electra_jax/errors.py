@@ -1,0 +1,25 @@
+"""The errors a user's input causes: each message says what to do, and the command line prints it as one line.
+
+At the bottom of the package (it imports nothing of it), so that every layer can raise them and `cli` can catch
+them without importing the layers that raise them.
+"""
+
+
+class ConfigError(ValueError):
+  """A configuration the user must fix; the message says how."""
+
+
+class DataError(ValueError):
+  """Input data the user must fix; the message says how."""
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint that cannot be used or written; the message says what to do."""
+
+
+class TrainingError(RuntimeError):
+  """The run cannot go on; the message says why and what to do."""
+
+
+# What `cli.run` reports as `error: ...` in one line, exit status 1.
+USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError)
