@@ -17,7 +17,7 @@ import tokenize
 from absl import flags
 import jax
 
-from electra_jax import checkpoint, config, config_files, data, fileio, trainer
+from electra_jax import checkpoint, config, config_files, data, fileio, hosts, trainer
 
 # Errors caused by the user's input (config, data, checkpoints, a diverging run): their message says what to do.
 USER_ERRORS = (config.ConfigError, data.DataError, checkpoint.CheckpointError, trainer.TrainingError)
@@ -139,10 +139,10 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   try:
     return fn(*args)
   except USER_ERRORS + errors as e:
-    print(f'error: {e}', file=sys.stderr)
+    line = f'error: {e}'
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
-    print(f'error: {fileio.describe(e)}', file=sys.stderr)
-  sys.exit(1)
+    line = f'error: {fileio.describe(e)}'
+  hosts.exit_with(line)  # exit status 1; during the steps of a multi-host run, every other process stops too
 
 
 def mode_for(values, mode: str | None, filename: str) -> str:

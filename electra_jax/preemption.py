@@ -37,6 +37,8 @@ import signal
 import jax
 from jax.experimental import multihost_utils
 
+from electra_jax import hosts
+
 
 class StopSignal:
   """Turns SIGTERM/SIGINT on any host into one step at which every host stops (`should_stop`).
@@ -49,11 +51,13 @@ class StopSignal:
     self.received = None  # the name of the signal this process got, if any
     self.previous = {}
     self.multihost = jax.process_count() > 1
+    self.hosts = hosts.Watch()  # another process's error, or process 0 gone, ends this one with one line
 
   def __enter__(self):
     # With several processes, SIGTERM stays with jax's preemption notifier (see the module docstring).
     for sig in (signal.SIGINT,) if self.multihost else (signal.SIGTERM, signal.SIGINT):
       self.previous[sig] = signal.signal(sig, self._handle)
+    self.hosts.__enter__()
     return self
 
   def _handle(self, signum, frame):
@@ -79,3 +83,4 @@ class StopSignal:
   def __exit__(self, *exc):
     for sig, handler in self.previous.items():
       signal.signal(sig, handler)
+    self.hosts.__exit__(*exc)
