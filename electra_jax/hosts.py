@@ -25,6 +25,7 @@ import sys
 import threading
 
 import jax
+import tqdm
 from jax._src import distributed  # jax.distributed's client: the coordination service's key-value store
 
 _KEY = 'electra_jax/stop/'  # + process index: what stopped the run ('' when this process ends normally)
@@ -85,7 +86,9 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
   exit too; without the `coordinator` (process 0 gone) at once, before jax's agent aborts the process."""
   if not _exiting.acquire(blocking=False):  # another thread of this process is already saying why
     threading.Event().wait()
-  print(line, file=sys.stderr, flush=True)
+  # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline.
+  bar_open = any(not bar.disable for bar in getattr(tqdm.tqdm, '_instances', ()))
+  print(('\n' if bar_open and _current else '') + line, file=sys.stderr, flush=True)
   if _current is None:
     _exiting.release()
     sys.exit(1)

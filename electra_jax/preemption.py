@@ -26,10 +26,16 @@ which a global step number would never match.
 A Python SIGTERM handler would replace the C++ one (and could not put it back), so with several processes SIGTERM
 is left to jax; SIGINT is re-raised as a SIGTERM so that it goes the same way.
 
+How long a stop takes: jax's notifier thread looks for the signal once a second; the barrier takes milliseconds;
+then every host runs the step it is in and one more (the host is at most one step ahead of its device: the trainer
+reads the previous step's loss every step). So the stop checkpoint starts within about 1 s plus two steps of the
+signal, whatever the step time (bench/stop_latency.py measures it; docs/faults.md).
+
 A host that dies outright (kill -9, a crash) sends no notice: its heartbeats stop, and after
 ELECTRA_JAX_HEARTBEAT_TIMEOUT seconds (sharding.initialize_distributed; jax's default 100) the coordination service
 fails every other process: they print "Terminating process because the JAX distributed service detected fatal
-errors ... another task died" and abort (status 134) instead of waiting for the dead host forever.
+errors ... another task died" and abort (status 134) instead of waiting for the dead host forever. Process 0 gone,
+or a host that stops with an error, ends the others at once with one line (hosts.Watch, entered here).
 """
 
 import signal

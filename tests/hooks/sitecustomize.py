@@ -4,8 +4,8 @@ test chooses, with nothing changed in electra_jax. Inert unless one of these is 
 
 - ELECTRA_JAX_TEST_HOLD_WRITE=STEP:DIR holds the write of checkpoint STEP in orbax's background commit (its files
   started, the step not yet renamed complete) until DIR/release exists; DIR/held.<process index> says it holds.
-- ELECTRA_JAX_TEST_FAIL_WRITE=STEP makes this process's part of the write of checkpoint STEP fail as on a full disk
-  (OSError ENOSPC in the background commit, as tensorstore raises it).
+- ELECTRA_JAX_TEST_FAIL_WRITE=STEP:PROCESS makes process PROCESS's part of the write of checkpoint STEP fail as on a
+  full disk of its own (OSError ENOSPC in its background commit).
 
 Both act through orbax's JSON item handler, whose commit futures every process's background commit waits for
 before the processes agree the step is complete.
@@ -60,7 +60,7 @@ def _install():
     step = os.path.basename(os.path.dirname(str(directory))).split('.')[0]  # .../checkpoints/<step>.orbax-...-tmp/data
     if _HOLD and step == _HOLD.split(':', 1)[0]:
       futures.append(_ThreadFuture(lambda: hold(_HOLD.split(':', 1)[1])))
-    if _FAIL and step == _FAIL:
+    if _FAIL and [step, str(jax.process_index())] == _FAIL.split(':'):
       futures.append(_ThreadFuture(lambda: fail(str(directory))))
     return futures
 
