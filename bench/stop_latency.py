@@ -114,6 +114,7 @@ def main():
   parser.add_argument('--work', default=None)
   args = parser.parse_args()
   work = args.work or tempfile.mkdtemp(prefix='stop_latency_')
+  os.makedirs(work, exist_ok=True)
   os.environ.setdefault('ELECTRA_JAX_CACHE', os.path.join(work, 'cache'))  # one tokenizer and compile cache
   corpus = make_corpus(os.path.join(work, 'corpus.txt'), documents=80)
   print('| processes | signal to | step time (s) | steps logged at the signal | stop step | notice (s) | agree (s) | '

@@ -58,7 +58,7 @@ class Watch:
       except Exception as e:  # pylint: disable=broad-except  (jax raises JaxRuntimeError with the gRPC status)
         if str(e).startswith('DEADLINE_EXCEEDED'):
           continue
-        exit_with(lost_coordinator(e), coordinator=False)
+        exit_with(_lost_coordinator(e), coordinator=False)
         return
       if value:
         exit_with(value, tell_others=False)
@@ -69,7 +69,7 @@ class Watch:
     if not self.active:
       return
     if exc is not None and not _is_user_error(exc) and not _coordinator_reachable():
-      exit_with(lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
+      exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
       distributed.global_state.client.key_value_set(f'{_KEY}{jax.process_index()}', '')
       self.thread.join()
@@ -111,7 +111,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
   os._exit(1)  # pylint: disable=protected-access
 
 
-def lost_coordinator(error: Exception) -> str:
+def _lost_coordinator(error: Exception) -> str:
   first = (str(error).strip().splitlines() or [''])[0][:160]
   return (f'error: lost contact with process 0, which runs the JAX coordination service of this run ({first}): '
           'it was killed or crashed, or its machine is gone. The complete checkpoints are kept: run the same '

@@ -1,7 +1,8 @@
 """The real entry point, `python -m electra_jax.main`, in 1, 2 and 4 localhost processes (jax.distributed with CPU
 collectives, one faked device per process) on the tiny config of tests/faults_config.py: equal losses, the
-coordinated stop on SIGTERM (to one process, to all, during the first compile), resuming on another process count,
-one writer of the logs, a refused config and a killed process (docs/faults.md, "On a pod").
+coordinated stop on SIGTERM (to one process, to all, during the first compile, while a periodic checkpoint is
+written) and how soon it comes, resuming on another process count, one writer of the logs, a refused config, a
+killed process, process 0 killed and a full disk on one process (docs/faults.md, "On a pod").
 
 Slow (processes started, signalled and killed): its own marker, `python -m pytest -q -n 2 -m multihost tests`
 (.ci/run). Runs are shared between tests (module fixtures); every process of a module loads its programs from one
