@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+import time
 import traceback
 import warnings
 
@@ -68,7 +69,16 @@ class Checkpointer:
     self._writing(start)
 
   def _finish(self):
-    """Waits for the checkpoint being written, then records its files' checksums."""
+    """Waits for the checkpoint being written, then records its files' checksums.
+
+    With several processes, a write that fails on this one leaves orbax's threads waiting for the others at a
+    barrier (20 minutes), holding the error: it is taken from orbax's log record instead (`_OrbaxTracebacks`) and
+    raised at once, and cli.run stops every process (hosts.exit_with).
+    """
+    while jax.process_count() > 1 and self.manager.is_saving_in_progress():
+      if _background_errors:
+        raise _background_errors.pop()
+      time.sleep(0.02)
     self.manager.wait_until_finished()
     step, self._unrecorded = self._unrecorded, None
     directory = self.directory / str(step)
@@ -173,7 +183,9 @@ class Checkpointer:
     try:
       self.wait()
     finally:
-      if self._failed:  # orbax would raise the failed write's error again
+      if self._failed and jax.process_count() > 1:
+        pass  # orbax's threads may wait for the other processes until its timeout: the process exits without them
+      elif self._failed:  # orbax would raise the failed write's error again
         with contextlib.suppress(Exception):
           self.manager.close()
       else:
@@ -248,12 +260,18 @@ def quiet_failures():
       logger.addFilter(_OrbaxTracebacks())
 
 
+# The errors of writes that failed in orbax's background threads, as orbax logs them (`_OrbaxTracebacks`).
+_background_errors: list[BaseException] = []
+
+
 class _OrbaxTracebacks(logging.Filter):
   """Drops error logs whose traceback runs through orbax, and asyncio's reports of unretrieved futures: the exception
   is raised to Checkpointer, which reports it in one line (a full disk otherwise prints six tracebacks from orbax's
   writer threads and asyncio)."""
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == 'absl' and record.exc_info and 'background save thread' in record.getMessage():
+      _background_errors.append(record.exc_info[1])  # a failed write (Checkpointer._finish raises it)
     if record.name == 'asyncio' and 'exception was never retrieved' in record.getMessage():
       # electra_jax runs no event loop of its own: these are tensorstore's write futures that failed with the error
       # orbax already raised (a full disk), collected at exit with no traceback to recognise them by.

@@ -17,7 +17,7 @@ import tokenize
 from absl import flags
 import jax
 
-from electra_jax import checkpoint, config_files, fileio
+from electra_jax import checkpoint, config_files, fileio, hosts
 from electra_jax.errors import ConfigError, USER_ERRORS
 
 
@@ -137,14 +137,14 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   try:
     return fn(*args)
   except USER_ERRORS + errors as e:
-    print(f'error: {e}', file=sys.stderr)
+    line = f'error: {e}'
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
-    print(f'error: {fileio.describe(e)}', file=sys.stderr)
+    line = f'error: {fileio.describe(e)}'
   except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
     print('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
           file=sys.stderr)
     sys.exit(130)  # the shell's status for a SIGINT
-  sys.exit(1)
+  hosts.exit_with(line)  # exit status 1; during the steps of a multi-host run, every other process stops too
 
 
 def mode_for(values, mode: str | None, filename: str) -> str:

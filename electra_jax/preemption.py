@@ -26,16 +26,24 @@ which a global step number would never match.
 A Python SIGTERM handler would replace the C++ one (and could not put it back), so with several processes SIGTERM
 is left to jax; SIGINT is re-raised as a SIGTERM so that it goes the same way.
 
+How long a stop takes: jax's notifier thread looks for the signal once a second; the barrier takes milliseconds;
+then every host runs the step it is in and one more (the host is at most one step ahead of its device: the trainer
+reads the previous step's loss every step). So the stop checkpoint starts within about 1 s plus two steps of the
+signal, whatever the step time (bench/stop_latency.py measures it; docs/faults.md).
+
 A host that dies outright (kill -9, a crash) sends no notice: its heartbeats stop, and after
 ELECTRA_JAX_HEARTBEAT_TIMEOUT seconds (sharding.initialize_distributed; jax's default 100) the coordination service
 fails every other process: they print "Terminating process because the JAX distributed service detected fatal
-errors ... another task died" and abort (status 134) instead of waiting for the dead host forever.
+errors ... another task died" and abort (status 134) instead of waiting for the dead host forever. Process 0 gone,
+or a host that stops with an error, ends the others at once with one line (hosts.Watch, entered here).
 """
 
 import signal
 
 import jax
 from jax.experimental import multihost_utils
+
+from electra_jax import hosts
 
 
 class StopSignal:
@@ -49,11 +57,13 @@ class StopSignal:
     self.received = None  # the name of the signal this process got, if any
     self.previous = {}
     self.multihost = jax.process_count() > 1
+    self.hosts = hosts.Watch()  # another process's error, or process 0 gone, ends this one with one line
 
   def __enter__(self):
     # With several processes, SIGTERM stays with jax's preemption notifier (see the module docstring).
     for sig in (signal.SIGINT,) if self.multihost else (signal.SIGTERM, signal.SIGINT):
       self.previous[sig] = signal.signal(sig, self._handle)
+    self.hosts.__enter__()
     return self
 
   def _handle(self, signum, frame):
@@ -79,3 +89,4 @@ class StopSignal:
   def __exit__(self, *exc):
     for sig, handler in self.previous.items():
       signal.signal(sig, handler)
+    self.hosts.__exit__(*exc)

@@ -1,0 +1,132 @@
+"""The processes of a multi-host run stop together, each with one line, when one of them cannot go on.
+
+The steps connect the processes through collectives, so a process that stops with an error (a checkpoint write
+that failed on its disk) leaves the others waiting for it, and orbax's background writes wait for it at their
+barriers: without help they hang until a timeout (jax's shutdown timeout, orbax's write timeout, minutes). While
+the steps run (`Watch`, entered by preemption.StopSignal), every process keeps one request open on JAX's
+coordination service (process 0): a blocking read of its own key in the service's key-value store.
+
+- A process that stops with an error (`exit_with`, from cli.run) prints its line, writes it to every process's key
+  and exits; each other process's watcher wakes at once, prints that line with the process it came from, and
+  exits. All exit with status 1 and without jax's shutdown (which would wait for the stuck ones); process 0,
+  which serves the keys, exits last.
+- Process 0 gone (kill -9, a crash, its machine lost) takes the coordination service with it: the open requests
+  fail at once and every other process prints one line and exits. (jax's own agent notices at the same moment and
+  aborts the process with its `Terminating process because the JAX distributed service detected fatal errors`
+  log line; jax 0.10 offers no way to replace it, so that line may come first.)
+
+Nothing here waits for a checkpoint: a complete one is already on disk (orbax renames a step complete only once
+every process has written its part), and one being written cannot complete without the process that stopped;
+the next run removes its temporary directory.
+"""
+
+import os
+import sys
+import threading
+
+import jax
+import tqdm
+from jax._src import distributed  # jax.distributed's client: the coordination service's key-value store
+
+from electra_jax import errors
+
+_KEY = 'electra_jax/stop/'  # + process index: what stopped the run ('' when this process ends normally)
+_EXITED = 'electra_jax/exited/'  # + process index: set by each process before it exits (process 0 waits for them)
+_WAIT_MS = 3_600_000  # one open request per hour and process
+_LAST_WORDS_MS = 30_000  # process 0 waits at most this long for the others to read the line before it exits
+_exiting = threading.Lock()  # held by the one thread that prints this process's last line
+
+
+class Watch:
+  """While entered, another process's error or the loss of process 0 ends this process with one line."""
+
+  def __init__(self):
+    self.active = jax.process_count() > 1
+    self.thread = None
+
+  def __enter__(self):
+    global _current  # pylint: disable=global-statement
+    if self.active:
+      _current = self
+      self.thread = threading.Thread(target=self._wait, name='electra_jax hosts', daemon=True)
+      self.thread.start()
+    return self
+
+  def _wait(self):
+    client, key = distributed.global_state.client, f'{_KEY}{jax.process_index()}'
+    while True:
+      try:
+        value = client.blocking_key_value_get(key, _WAIT_MS)
+      except Exception as e:  # pylint: disable=broad-except  (jax raises JaxRuntimeError with the gRPC status)
+        if str(e).startswith('DEADLINE_EXCEEDED'):
+          continue
+        exit_with(_lost_coordinator(e), coordinator=False)
+        return
+      if value:
+        exit_with(value, tell_others=False)
+      return  # '': this process ends normally
+
+  def __exit__(self, exc_type, exc, tb):
+    global _current  # pylint: disable=global-statement
+    if not self.active:
+      return
+    if exc is not None and not _is_user_error(exc) and not _coordinator_reachable():
+      exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
+    if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
+      distributed.global_state.client.key_value_set(f'{_KEY}{jax.process_index()}', '')
+      self.thread.join()
+      _current = None
+    # With an error, the watcher stays: cli.run's exit_with tells the others, or their line ends this process.
+
+
+_current: Watch | None = None
+
+
+def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
+  """Prints `line` on stderr and exits with status 1. While the steps of a multi-host run go on (a `Watch`), it
+  exits without jax's shutdown, after giving `line` to every other process (`tell_others`), which print it and
+  exit too; without the `coordinator` (process 0 gone) at once, before jax's agent aborts the process."""
+  if not _exiting.acquire(blocking=False):  # another thread of this process is already saying why
+    threading.Event().wait()
+  # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline.
+  bar_open = any(not bar.disable for bar in getattr(tqdm.tqdm, '_instances', ()))
+  print(('\n' if bar_open and _current else '') + line, file=sys.stderr, flush=True)
+  if _current is None:
+    _exiting.release()
+    sys.exit(1)
+  if not coordinator:
+    os._exit(1)  # pylint: disable=protected-access
+  client, me, count = distributed.global_state.client, jax.process_index(), jax.process_count()
+  try:
+    if tell_others:
+      told = f'{line} (process {me} of {count} stopped with this error; the other processes stop too)'
+      for process in range(count):
+        if process != me:
+          client.key_value_set(f'{_KEY}{process}', told, allow_overwrite=True)
+    client.key_value_set(f'{_EXITED}{me}', '')
+    if me == 0:  # the others read their line from this process's coordination service: let them first
+      for process in range(1, count):
+        client.blocking_key_value_get(f'{_EXITED}{process}', _LAST_WORDS_MS)
+  except Exception:  # pylint: disable=broad-except  (process 0 gone, or a process that will never read it)
+    pass
+  sys.stdout.flush()
+  os._exit(1)  # pylint: disable=protected-access
+
+
+def _lost_coordinator(error: Exception) -> str:
+  first = (str(error).strip().splitlines() or [''])[0][:160]
+  return (f'error: lost contact with process 0, which runs the JAX coordination service of this run ({first}): '
+          'it was killed or crashed, or its machine is gone. The complete checkpoints are kept: run the same '
+          'command on every host to resume from the newest one')
+
+
+def _coordinator_reachable() -> bool:
+  try:
+    distributed.global_state.client.key_value_try_get('electra_jax/probe')
+  except Exception as e:  # pylint: disable=broad-except
+    return str(e).startswith('NOT_FOUND')
+  return True
+
+
+def _is_user_error(error: BaseException) -> bool:
+  return isinstance(error, errors.USER_ERRORS + (OSError,))

@@ -1,0 +1,71 @@
+"""Test hooks for a process of the real entry point, loaded by Python at start-up when tests/hooks is on its
+PYTHONPATH (tests/test_multihost_main.py): a checkpoint write that is held or fails on one process, at a step the
+test chooses, with nothing changed in electra_jax. Inert unless one of these is set:
+
+- ELECTRA_JAX_TEST_HOLD_WRITE=STEP:DIR holds the write of checkpoint STEP in orbax's background commit (its files
+  started, the step not yet renamed complete) until DIR/release exists; DIR/held.<process index> says it holds.
+- ELECTRA_JAX_TEST_FAIL_WRITE=STEP:PROCESS makes process PROCESS's part of the write of checkpoint STEP fail as on a
+  full disk of its own (OSError ENOSPC in its background commit).
+
+Both act through orbax's JSON item handler, whose commit futures every process's background commit waits for
+before the processes agree the step is complete.
+"""
+
+import os
+
+_HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('ELECTRA_JAX_TEST_FAIL_WRITE')
+
+
+def _install():
+  import errno  # noqa: PLC0415
+  import threading  # noqa: PLC0415
+  import time  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+  import orbax.checkpoint as ocp  # noqa: PLC0415
+
+  class _ThreadFuture:
+    """An orbax commit future (duck-typed: `result`) running `fn` in a thread of its own."""
+
+    def __init__(self, fn):
+      self.error = None
+      self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+      self.thread.start()
+
+    def _run(self, fn):
+      try:
+        fn()
+      except Exception as e:  # pylint: disable=broad-except
+        self.error = e
+
+    def result(self, timeout=None):
+      self.thread.join(timeout)
+      if self.error is not None:
+        raise self.error
+
+  def hold(directory):
+    with open(os.path.join(directory, f'held.{jax.process_index()}'), 'w', encoding='utf-8'):
+      pass
+    deadline = time.time() + 600
+    while not os.path.exists(os.path.join(directory, 'release')) and time.time() < deadline:
+      time.sleep(0.02)
+
+  def fail(path):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+  real = ocp.JsonCheckpointHandler.async_save
+
+  async def async_save(self, directory, *args, **kwargs):
+    futures = list(await real(self, directory, *args, **kwargs) or [])
+    step = os.path.basename(os.path.dirname(str(directory))).split('.')[0]  # .../checkpoints/<step>.orbax-...-tmp/data
+    if _HOLD and step == _HOLD.split(':', 1)[0]:
+      futures.append(_ThreadFuture(lambda: hold(_HOLD.split(':', 1)[1])))
+    if _FAIL and [step, str(jax.process_index())] == _FAIL.split(':'):
+      futures.append(_ThreadFuture(lambda: fail(str(directory))))
+    return futures
+
+  ocp.JsonCheckpointHandler.async_save = async_save
+
+
+if _HOLD or _FAIL:
+  _install()
