@@ -51,6 +51,11 @@ def _per_row(key, rows):
 
 def draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
   """Returns (Draws for the whole batch, (generator dropout key, discriminator dropout key))."""
+  with jax.named_scope('masking'):  # names its operations in profiles (electra_jax.kernels)
+    return _draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
+
+
+def _draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
   mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
   input_ids, input_mask = batch['input_ids'], batch['input_mask']
   rows = jnp.arange(input_ids.shape[0], dtype=jnp.int32)
@@ -120,7 +125,8 @@ def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
   """`sample_replacements` row by row: row r's noise comes from keys[r] alone. [batch, P, vocab] -> [batch, P]."""
   one_row = lambda key, row_logits, row_targets: sample_replacements(key, row_logits[None], row_targets[None],
                                                                      config, progress)[0]
-  return jax.vmap(one_row)(keys, logits, targets)
+  with jax.named_scope('sampling'):  # names its operations in profiles (electra_jax.kernels)
+    return jax.vmap(one_row)(keys, logits, targets)
 
 
 def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,

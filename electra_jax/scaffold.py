@@ -11,14 +11,14 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import tqdm
 
 from electra_jax import sharding
 
 # The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
 # a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
-ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+# uint32[2] for jax's default threefry2x32; uint32[4] under JAX_DEFAULT_PRNG_IMPL=rbg or unsafe_rbg.
+ABSTRACT_KEY = jax.eval_shape(lambda: jax.random.key_data(jax.random.PRNGKey(0)))
 
 # init_boxed(raw key) -> a fresh training state whose leaves are still boxed with their logical axis names.
 InitBoxed = Callable[[Any], Any]
