@@ -36,7 +36,8 @@ _LENGTH = flags.DEFINE_integer('length', 0, 'Sequence length (0: the config\'s).
 _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _TOPOLOGY = flags.DEFINE_string('topology', 'h100:1', 'GPUs to compile for (electra_jax.gpu_targets).')
 _DUMP = flags.DEFINE_string('dump', '', 'Write the compiled HLO texts into this directory.')
-_INIT = flags.DEFINE_bool('init', True, 'Also compile the initialiser.')
+_STEP = flags.DEFINE_bool('step', True, 'Compile the train step.')
+_INIT = flags.DEFINE_bool('init', True, 'Compile the initialiser.')
 
 
 def timed_compile(jitted, *args, **kwargs):
@@ -116,10 +117,11 @@ def main(argv):
         flush=True)
   run = Pretraining(c, aot.SPECIAL, mesh)
   run.check_batch()
-  with sharding.activate(mesh, c.mesh.rules):
-    step, seconds = timed_compile(run._step, run.abstract_state(), run.abstract_batch(), run.abstract_key())  # pylint: disable=protected-access
-  dump('train_step', step)
-  print(describe('train step', step, seconds), flush=True)
+  if _STEP.value:
+    with sharding.activate(mesh, c.mesh.rules):
+      step, seconds = timed_compile(run._step, run.abstract_state(), run.abstract_batch(), run.abstract_key())  # pylint: disable=protected-access
+    dump('train_step', step)
+    print(describe('train step', step, seconds), flush=True)
   if _INIT.value:
     key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
     init, seconds = timed_compile(run._init, key)  # pylint: disable=protected-access

@@ -219,3 +219,67 @@ def format_timed(ops: list[Timed], hlo: str, top: int = 15) -> str:
   for op in ops[:top]:
     lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {origin.get(op.name, "")[-80:]}')
   return '\n'.join(lines)
+
+
+_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4,
+          'f64': 8, 's64': 8, 'u64': 8}
+
+
+def _shape_bytes(text: str) -> tuple[int, list[tuple[str, list[int]]]]:
+  """(bytes, [(dtype, dims)]) of every array type in `text`, e.g. '(f32[4,2]{1,0}, bf16[3])'."""
+  arrays = [(t, [int(d) for d in dims.split(',') if d]) for t, dims in re.findall(r'\b([a-z]+\d*)\[([\d,]*)\]', text)
+            if t in _BYTES]
+  total = 0
+  for t, dims in arrays:
+    n = 1
+    for d in dims:
+      n *= d
+    total += n * _BYTES[t]
+  return total, arrays
+
+
+def roofline(hlo: str, instructions: list[Instruction], bandwidth: float, peak_flops: float) -> dict[str, float]:
+  """{instruction: seconds} that each kernel needs at least: the bytes it reads and writes at the memory's
+  `bandwidth`, or its matmul FLOPs at `peak_flops`, whichever is more (a lower bound, not a prediction)."""
+  shapes = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) [a-z][\w\-]*\(', hlo,
+                                                         re.MULTILINE)}
+  lines = {m.group(1): m.group(0) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*$', hlo, re.MULTILINE)}
+  bodies = {}
+  for m in re.finditer(r'^%?([\w.\-]+) \((.*)\) -> .*\{\n((?:.*\n)*?)\}', hlo, re.MULTILINE):
+    bodies[m.group(1)] = (m.group(2), m.group(3))
+  out = {}
+  for i in instructions:
+    line = lines.get(i.name, '')
+    args = re.search(r' [a-z][\w\-]*\((.*?)\)(?:, |$)', line)
+    operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
+    moved = _shape_bytes(shapes.get(i.name, ''))[0] + sum(_shape_bytes(shapes.get(o, ''))[0] for o in operands)
+    flops = 0.0
+    called = re.search(r'calls=%?([\w.\-]+)', line)
+    if called and called.group(1) in bodies and ' dot(' in bodies[called.group(1)][1]:
+      flops = _dot_flops(bodies[called.group(1)][1])
+    elif i.kind == 'cublas' or i.opcode == 'dot':
+      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {shapes.get(o, "")} x()' for o in operands))
+    out[i.name] = max(moved / bandwidth, flops / peak_flops)
+  return out
+
+
+def _dot_flops(body: str) -> float:
+  """2 x output elements x contracted size, summed over the dots of a fused computation's text."""
+  shapes = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (\S+?)(?:\{[\d,]*\})? ',
+                                                         body, re.MULTILINE)}
+  params = {m.group(1): m.group(2) for m in re.finditer(r'([\w.\-]+): ([a-z]+\d*\[[\d,]*\])', body)}
+  shapes.update(params)
+  total = 0.0
+  for m in re.finditer(r'= (\S+) dot\(%?([\w.\-]+), .*?lhs_contracting_dims=\{([\d,]*)\}', body):
+    out = _shape_bytes(m.group(1))[1]
+    lhs = _shape_bytes(shapes.get(m.group(2), ''))[1]
+    if not out or not lhs:
+      continue
+    n = 1
+    for d in out[0][1]:
+      n *= d
+    k = 1
+    for axis in (int(a) for a in m.group(3).split(',') if a):
+      k *= lhs[0][1][axis]
+    total += 2.0 * n * k
+  return total

@@ -108,14 +108,16 @@ def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
 def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=1.0):
   """Samples [batch, P] from the softmax of generator logits [batch, P, vocab] at the temperature of `progress`.
 
-  By inverse CDF: one uniform u in (0, 1] per position, and the sample is the first id whose cumulative
-  probability reaches u (counted as the ids whose cumulative probability stays below it). The official code draws
-  the same distribution with Gumbel noise and an argmax, which needs a random number per vocabulary entry: on CPU
-  that noise was 16% of ELECTRA-Small's step (BENCHMARKS.md, "Where the ELECTRA-Small step's CPU time goes"). An id
+  By inverse CDF (objective.sampling='inverse_cdf'): one uniform u in (0, 1] per position, and the sample is the
+  first id whose cumulative probability reaches u (counted as the ids whose cumulative probability stays below it).
+  The official code draws the same distribution with Gumbel noise and an argmax (objective.sampling='gumbel'), which
+  needs a random number per vocabulary entry: on CPU that noise was 16% of ELECTRA-Small's step (BENCHMARKS.md, "Where the ELECTRA-Small step's CPU time goes"). An id
   of probability 0 is never drawn, since u > 0. In float32 whatever the model's dtype: a bf16 sum over 30k ids
   would round away the small probabilities.
   """
   logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress)).astype(jnp.float32)
+  if config.sampling == 'gumbel':  # the official draw: argmax of logits + Gumbel noise
+    return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape), axis=-1).astype(targets.dtype)
   cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
   u = 1.0 - jax.random.uniform(rng, logits.shape[:-1] + (1,))
   return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)

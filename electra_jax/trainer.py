@@ -122,6 +122,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
   step_flops = flops.train_flops_per_step(c)
+  report.log(report.devices_line())
   if jax.process_index() == 0:
     print(f'{c.objective.name} pre-training: {step_flops:.3e} FLOPs per step (3 x forward matmuls), '
           f'{step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
