@@ -124,7 +124,7 @@ def main(argv):
     print(describe('train step', step, seconds), flush=True)
   if _INIT.value:
     key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
-    init, seconds = timed_compile(run._init, key)  # pylint: disable=protected-access
+    init, seconds = timed_compile(run._init.device, key)  # pylint: disable=protected-access
     dump('init', init)
     print(describe('initialiser', init, seconds), flush=True)
 

@@ -150,6 +150,20 @@ def format_counts(instructions: list[Instruction]) -> str:
   return '\n'.join(lines)
 
 
+def summary(instructions: list[Instruction]) -> str:
+  """One line: launches per step by kind and by part of the step, the loops and host transfers."""
+  kinds, groups = collections.Counter(), collections.Counter()
+  for i in instructions:
+    if i.kind != 'while':
+      kinds[i.kind] += i.count
+      groups[group(i.op_name)] += i.count
+  loops = sum(1 for i in instructions if i.kind == 'while')
+  host = sum(v for k, v in kinds.items() if k.startswith('host transfer'))
+  return (f'{sum(kinds.values())} kernel launches per step ({", ".join(f"{k} {v}" for k, v in kinds.most_common())})'
+          f'; by part: {", ".join(f"{g} {v}" for g, v in groups.most_common())}; {loops} while loops, {host} host '
+          'transfers')
+
+
 def where(hlo: str) -> dict[str, str]:
   """{instruction name: the jax op_name it came from} for every instruction of a compiled HLO text."""
   out = {}
@@ -168,6 +182,7 @@ class Timed:
 
 
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
+_DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
 
 
 def _stats(event) -> dict:
@@ -190,7 +205,7 @@ def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
   for plane in jax.profiler.ProfileData.from_file(xplane).planes:
     gpu = plane.name.startswith('/device:GPU')
     for line in plane.lines:
-      if gpu and not line.name.startswith('Stream'):  # derived lines ('XLA Ops', 'Steps') repeat the streams'
+      if gpu and line.name.startswith(_DERIVED):  # these repeat the streams' kernels
         continue
       if not gpu and not line.name.startswith('tf_XLA'):  # XLA:CPU's thread pools; not the Python thread
         continue
@@ -198,6 +213,8 @@ def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
         if not gpu and event.name.startswith(_SKIP):
           continue
         name = str(_stats(event).get('hlo_op', '') or event.name) if gpu else event.name
+        if name not in origin:  # a kernel named after its fusion: loop_add_fusion_3 for loop_add_fusion.3
+          name = re.sub(r'_(\d+)$', r'.\1', name) if re.sub(r'_(\d+)$', r'.\1', name) in origin else name
         ms[name] += event.duration_ns / 1e6 / steps
         launches[name] += 1 / steps
   return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]

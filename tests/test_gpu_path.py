@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 from configs import small
@@ -65,3 +66,23 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   table = (out / 'table.md').read_text()
   assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(
       table.rstrip().splitlines()[-1])
+
+
+def test_the_initialiser_on_the_host_gives_the_devices_state(monkeypatch):
+  """ELECTRA_JAX_INIT=host (the GPU default for states of up to 8 GiB) computes the state on the CPU and lays it
+  over the devices: the same values in the same shardings as the jitted initialiser (both on a CPU here)."""
+  from electra_jax import sharding  # pylint: disable=g-import-not-at-top
+  from electra_jax.masking import SpecialIds  # pylint: disable=g-import-not-at-top
+  from electra_jax.train_step import Pretraining  # pylint: disable=g-import-not-at-top
+  c = config_lib.load({'batch_size': 8, 'data': {'max_seq_length': 16}, 'mesh': {'shape': (-1, 2, 1)},
+                       'model': {'vocab_size': 50, 'embedding_size': 16, 'hidden_size': 16, 'num_layers': 1,
+                                 'num_heads': 1, 'intermediate_size': 32, 'max_position_embeddings': 16}})
+  run = Pretraining(c, SpecialIds(pad=0, cls=2, sep=3, mask=4), sharding.make_mesh(c.mesh))
+  assert not run._init.on_host()  # pylint: disable=protected-access  (auto: the device on a CPU)
+  on_device = run.init_state(jax.random.PRNGKey(3))
+  monkeypatch.setenv('ELECTRA_JAX_INIT', 'host')
+  run._init._on_host = None  # pylint: disable=protected-access
+  on_host = run.init_state(jax.random.PRNGKey(3))
+  for a, b in zip(jax.tree.leaves(on_device), jax.tree.leaves(on_host)):
+    assert a.sharding == b.sharding and a.dtype == b.dtype
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
