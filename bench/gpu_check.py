@@ -8,7 +8,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
   small      ELECTRA-Small, batch 128 x 128: the JAX step against the PyTorch step (bench/step_throughput.py
              --vs_torch), with a 3-step profile: the time per part of the step (electra_jax.kernels);
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
-  resume     the same run resumed to 650 steps with JAX's compile cache warm: seconds to its first step;
+  resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
+             warm (the same compiled step): seconds from launch to its first step;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
   levers     Small with one lever changed at a time (LEVERS below), each against the plain GPU defaults.
 Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
@@ -176,19 +177,21 @@ class Check:
       else:
         self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 20, 120, extra, env, torch=False)
 
-  def quickstart_argv(self, steps: int) -> list[str]:
+  def quickstart_argv(self) -> list[str]:
+    """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""
     workdir = os.path.join(self.out, 'quickstart')
     argv = [self.python, '-m', 'electra_jax.main', f'--workdir={workdir}']
     if self.tiny:
-      return argv + ['--config=configs/tiny.py', f'--config.train_steps={steps}', '--config.eval_every=0',
+      return argv + ['--config=configs/tiny.py', '--config.train_steps=20', '--config.eval_every=0',
                      '--config.data.vocab_size=500', '--config.checkpoint_every=10', *TINY_MODEL]
-    return argv + ['--config=configs/small.py:quickstart', f'--config.train_steps={steps}']
+    return argv + ['--config=configs/small.py:quickstart', '--config.train_steps=600',
+                   '--config.checkpoint_every=500']
 
   def quickstart(self):
     shutil.rmtree(os.path.join(self.out, 'quickstart'), ignore_errors=True)
     shutil.rmtree(self.cache, ignore_errors=True)
     steps = 20 if self.tiny else 600
-    status, output, seconds = self.command('quickstart', self.quickstart_argv(steps), 240,
+    status, output, seconds = self.command('quickstart', self.quickstart_argv(), 300,
                                            {'ELECTRA_JAX_CACHE': self.cache})
     summary = _metrics_line(os.path.join(self.out, 'quickstart', 'metrics.jsonl'))
     stages = '; '.join(line.strip() for line in output.replace('\r', '\n').splitlines()
@@ -198,13 +201,18 @@ class Check:
              f'{stages}', {'checkpoint': checkpoint})
 
   def resume(self):
-    """Seconds from launching the resumed run to its first new step (metrics.jsonl gets a line every step)."""
-    steps = 20 if self.tiny else 600
-    metrics = os.path.join(self.out, 'quickstart', 'metrics.jsonl')
-    if not os.path.exists(metrics):
+    """Seconds from launching the quickstart's command again, its last checkpoint removed, to its first new step:
+    the same command, so the same compiled step, read back from JAX's compile cache (metrics.jsonl gets a line
+    every step: log_every is the host's, not the compiled step's)."""
+    last = 20 if self.tiny else 600
+    workdir = os.path.join(self.out, 'quickstart')
+    metrics = os.path.join(workdir, 'metrics.jsonl')
+    if not os.path.isdir(os.path.join(workdir, 'checkpoints', str(last))):
       self.row('resume', 'skipped', 0.0, 'no quickstart run to resume')
       return
-    argv = self.quickstart_argv(steps + (5 if self.tiny else 50)) + ['--config.log_every=1']
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(last)))
+    steps = last - (10 if self.tiny else 100)  # where it resumes from
+    argv = self.quickstart_argv() + ['--config.log_every=1']
     log = os.path.join(self.logs, 'resume.log')
     start = time.monotonic()
     limit = max(1.0, min(180, self.budget + 45 - self.elapsed()))
@@ -213,14 +221,12 @@ class Check:
       process = subprocess.Popen(argv, cwd=REPO, env={**self.env, 'ELECTRA_JAX_CACHE': self.cache}, stdout=f,
                                  stderr=subprocess.STDOUT, start_new_session=True)
       while process.poll() is None and time.monotonic() - start < limit:
-        if first is None and _last_step(metrics) > steps:
+        if first is None and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
           first = time.monotonic() - start
-        time.sleep(0.1)
+        time.sleep(0.02)
       if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
       process.wait()
-    if first is None and _last_step(metrics) > steps:
-      first = time.monotonic() - start
     status = 'ok' if process.returncode == 0 and first is not None else f'FAILED (exit {process.returncode})'
     with open(log, encoding='utf-8', errors='replace') as f:
       stages = '; '.join(line.strip() for line in f.read().replace('\r', '\n').splitlines()
@@ -241,9 +247,11 @@ def _last_line(output: str) -> str:
 
 
 def _last_step(path: str) -> int:
+  """The step of the last complete line of metrics.jsonl `path` (0: none)."""
   try:
     with open(path, encoding='utf-8') as f:
-      return max((json.loads(line).get('step', 0) for line in f if line.endswith('\n')), default=0)
+      lines = [line for line in f if line.endswith('\n')]
+    return json.loads(lines[-1]).get('step', 0) if lines else 0
   except (OSError, ValueError):
     return 0
 

@@ -52,8 +52,8 @@ def test_gpu_quickstart_is_small_with_a_vocabulary_the_builtin_corpus_supports()
 @pytest.mark.slow  # compiles and trains tiny models in subprocesses (about a minute on 2 idle cores)
 def test_gpu_check_tiny_runs_every_stage(tmp_path):
   out = tmp_path / 'check'
-  done = subprocess.run([sys.executable, 'bench/gpu_check.py', str(out), '--tiny'], cwd=REPO, capture_output=True,
-                        text=True, timeout=900, check=False)
+  done = subprocess.run([sys.executable, 'bench/gpu_check.py', str(out), '--tiny', '--budget=3000'], cwd=REPO,
+                        capture_output=True, text=True, timeout=3600, check=False)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
   assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'base', 'lever: prng=rbg',
