@@ -26,7 +26,7 @@ from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-
 import jax
 from ml_collections import config_flags
 
-from electra_jax import aot, gpu_targets, kernels, sharding
+from electra_jax import aot, gpu_targets, kernels, scaffold, sharding
 from electra_jax.scaffold import ABSTRACT_KEY
 from electra_jax.train_step import Pretraining
 
@@ -124,7 +124,8 @@ def main(argv):
     print(describe('train step', step, seconds), flush=True)
   if _INIT.value:
     key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
-    init, seconds = timed_compile(run._init.device, key)  # pylint: disable=protected-access
+    with scaffold.threefry_kernels():  # as Pretraining.init_state compiles it
+      init, seconds = timed_compile(run._init.device, key)  # pylint: disable=protected-access
     dump('init', init)
     print(describe('initialiser', init, seconds), flush=True)
 
