@@ -15,6 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The config is read with electra_jax, which asks jax for its platform: on the CPU, so that jax takes no GPU memory.
+os.environ['JAX_PLATFORMS'] = 'cpu'
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
