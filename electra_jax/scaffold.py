@@ -64,9 +64,10 @@ class Initialiser:
       where = os.environ.get('ELECTRA_JAX_INIT', 'auto')
       if where not in ('auto', 'host', 'device'):
         raise ValueError(f'ELECTRA_JAX_INIT={where!r}: expected auto, host or device')
-      self._on_host = where == 'host' or (where == 'auto' and jax.default_backend() == 'gpu' and _has_cpu() and sum(
-          x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(self.unboxed, ABSTRACT_KEY)))
-                                          <= HOST_INIT_MAX_BYTES)
+      self._on_host = where == 'host'
+      if where == 'auto' and jax.default_backend() == 'gpu' and _has_cpu():
+        state = jax.eval_shape(self.unboxed, ABSTRACT_KEY)
+        self._on_host = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) <= HOST_INIT_MAX_BYTES
     return self._on_host
 
   def __call__(self, rng):
