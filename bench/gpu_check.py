@@ -11,7 +11,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
-  levers     Small with one lever changed at a time (LEVERS below), each against the plain GPU defaults.
+  levers     Small with one lever changed at a time (LEVERS below, or those --levers names), each against the
+             plain GPU defaults of the `small` stage.
 Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
 OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about a minute (a test does).
 
@@ -38,21 +39,22 @@ VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torc
 STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
-LEVERS = {
-    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
-    'prng=unsafe_rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'unsafe_rbg'}, []),
-    'initialiser on the device': ({'ELECTRA_JAX_INIT': 'device'}, []),
-    'threefry kernel': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'true'}, []),
-    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
+LEVERS = {  # most informative first: a run out of budget measures the first ones
     'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
     'attention=cudnn, no attention dropout': ({}, ['--config.model.attention=fused',
                                                    '--config.model.attention_dropout_rate=0']),
-    'attention=einsum, no attention dropout': ({}, ['--config.model.attention=einsum',
-                                                    '--config.model.attention_dropout_rate=0']),
+    'threefry kernel': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'true'}, []),
+    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
+    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
+    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
     'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
     'scan_layers': ({}, ['--config.model.scan_layers=true']),
-    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
+    'attention=einsum, no attention dropout': ({}, ['--config.model.attention=einsum',
+                                                    '--config.model.attention_dropout_rate=0']),
+    'prng=unsafe_rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'unsafe_rbg'}, []),
+    'initialiser on the device': ({'ELECTRA_JAX_INIT': 'device'}, []),
 }
+TINY_LEVERS = ('prng=rbg', 'sampling=gumbel')  # --tiny: two that change the program on a CPU too
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -60,8 +62,8 @@ TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '-
 class Check:
   """Runs the stages, keeps their rows, prints the table."""
 
-  def __init__(self, out: str, tiny: bool, budget: float, python: str):
-    self.out, self.tiny, self.budget, self.python = out, tiny, budget, python
+  def __init__(self, out: str, tiny: bool, budget: float, python: str, only: tuple[str, ...] = ()):
+    self.out, self.tiny, self.budget, self.python, self.only = out, tiny, budget, python, only
     self.logs = os.path.join(out, 'logs')
     os.makedirs(self.logs, exist_ok=True)
     self.start = time.monotonic()
@@ -165,7 +167,7 @@ class Check:
     return self.throughput('base', 'configs/base.py', 32, 512, 20, 200)
 
   def levers(self):
-    names = list(LEVERS)[:2] if self.tiny else list(LEVERS)
+    names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or any(o in n for o in self.only)]
     for name in names:
       if not self.room(f'lever: {name}', 30 if self.tiny else 60):
         continue
@@ -175,7 +177,7 @@ class Check:
       if self.tiny:
         self.throughput(f'lever: {name}', 'configs/tiny.py', 4, 32, 2, 120, extra, env, torch=False)
       else:
-        self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 20, 120, extra, env, torch=False)
+        self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 10, 150, extra, env, torch=False)
 
   def quickstart_argv(self) -> list[str]:
     """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""
@@ -293,11 +295,13 @@ def main():
   parser.add_argument('--stages', default=','.join(STAGES), help=f'Comma-separated, from {", ".join(STAGES)}.')
   parser.add_argument('--budget', type=float, default=510.0, help='Seconds after which stages are skipped.')
   parser.add_argument('--python', default=sys.executable, help='The Python that runs the stages.')
+  parser.add_argument('--levers', default='', help='Comma-separated parts of lever names to measure (default: all, '
+                      'in the order of LEVERS), e.g. --levers=rbg,gumbel.')
   args = parser.parse_args()
   unknown = set(args.stages.split(',')) - set(STAGES)
   if unknown:
     parser.error(f'unknown stage(s) {", ".join(sorted(unknown))}: choose from {", ".join(STAGES)}')
-  check = Check(args.out, args.tiny, args.budget, args.python)
+  check = Check(args.out, args.tiny, args.budget, args.python, tuple(filter(None, args.levers.split(','))))
   print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
   needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'base': 60, 'levers': 30}
   for stage in STAGES:

@@ -57,7 +57,7 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
   assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'base', 'lever: prng=rbg',
-                                        'lever: prng=unsafe_rbg']
+                                        'lever: sampling=gumbel']
   assert all(r['status'] == 'ok' for r in rows), rows
   small_row = rows[1]
   assert small_row['tokens_per_second'] > 0 and small_row['torch_step_seconds'] > 0
