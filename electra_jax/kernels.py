@@ -3,9 +3,9 @@
 trace of steps run on a GPU (`bench/step_throughput.py --profile=N`).
 
 Every instruction of the compiled program carries the jax operation it came from (`op_name`), and the step names
-its parts with `jax.named_scope` ('masking', 'sampling', 'loss', 'optimizer'); the model's operations carry the
-Flax module path (`generator/encoder/layer_3/...`), and its dropout draws the name of a `Dropout` module. `group`
-maps an op_name onto GROUPS. A kernel is what the GPU launches: a fusion, a library call (cuBLAS, cuDNN, a Triton
+its parts with `jax.named_scope` ('masking', 'sampling', 'optimizer'); the model's operations carry the Flax
+module path (`generator/encoder/layer_3/...`), and its dropout draws the name of a `Dropout` module; the rest of
+the step is its loss and metrics. `group` maps an op_name onto GROUPS. A kernel is what the GPU launches: a fusion, a library call (cuBLAS, cuDNN, a Triton
 kernel: `custom-call`), or one of the few instructions XLA runs unfused (sort, scatter, copy, a collective);
 instructions inside a `while` loop launch once per iteration.
 """
@@ -52,11 +52,7 @@ class Instruction:
 
 def _kind(opcode: str, line: str) -> str:
   if opcode == 'fusion':
-    if '__triton' in line or '"kind":"__triton' in line:
-      return 'triton'
-    if re.search(r'"kind":"__cublas|kind=kCustom.*gemm', line):
-      return 'cublas'
-    return 'fusion'
+    return 'triton' if '__triton' in line else 'fusion'
   if opcode == 'custom-call':
     target = re.search(r'custom_call_target="([^"]+)"', line)
     target = target.group(1) if target else ''
