@@ -158,12 +158,12 @@ class Check:
 
   def small(self):
     if self.tiny:
-      return self.throughput('small', 'configs/tiny.py', 4, 32, 2, 240, profile=1)
+      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240, profile=1)
     return self.throughput('small', 'configs/small.py', 128, 128, 30, 240, profile=3)
 
   def base(self):
     if self.tiny:
-      return self.throughput('base', 'configs/tiny.py', 2, 64, 2, 240)
+      return self.throughput('base', 'configs/tiny.py', 8, 64, 2, 240)
     return self.throughput('base', 'configs/base.py', 32, 512, 20, 200)
 
   def levers(self):
@@ -175,7 +175,7 @@ class Check:
       if 'XLA_FLAGS' in env:
         env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
       if self.tiny:
-        self.throughput(f'lever: {name}', 'configs/tiny.py', 4, 32, 2, 120, extra, env, torch=False)
+        self.throughput(f'lever: {name}', 'configs/tiny.py', 8, 32, 2, 120, extra, env, torch=False)
       else:
         self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 10, 150, extra, env, torch=False)
 
