@@ -1,21 +1,29 @@
-"""Throughput of the ELECTRA pre-training step: tokens/s, step time, model FLOPs utilisation (MFU).
+"""Throughput of the ELECTRA pre-training step: tokens/s, step time, model FLOPs utilisation (MFU), and what the
+first step costs (the train step's compile, the initialiser's compile and run).
 
-  python bench/step_throughput.py --config=configs/small.py --batch=32 --steps=10 [--vs_torch]
+  python bench/step_throughput.py --config=configs/small.py --batch=128 --steps=20 [--vs_torch] [--profile=5]
 
---vs_torch times the same step done with Hugging Face's PyTorch ElectraForMaskedLM + ElectraForPreTraining
-(same sizes, same batch, tied embeddings, AdamW) in the same process and prints the ratio.
---profile=N traces N more steps with jax.profiler and prints the XLA operations that took the most time, summed
-over the step (on CPU, run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that XLA:CPU records them).
+Any config key can be set as in training (`--config.model.attention=cudnn`); the levers of the GPU check that
+are not config keys are environment variables read when jax starts (JAX_DEFAULT_PRNG_IMPL=rbg,
+JAX_THREEFRY_GPU_KERNEL_LOWERING=true, XLA_FLAGS), see bench/gpu_check.sh.
+--vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
+AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
+take 75% of the GPU's memory), and prints both and the ratio.
+--profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
+model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
+on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
+The last line, `RESULT {...}`, holds the numbers as JSON (bench/gpu_check.sh reads it).
 Peak FLOP/s: --peak_tflops, or a table of known accelerators; on CPU it is measured with a large matmul.
 """
 
-import collections
 import glob
+import json
 import os
-import re
+import subprocess
 import sys
 import tempfile
 import time
+
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from electra_jax import config as config_lib, flops, sharding
+from electra_jax import config as config_lib, flops, kernels, report, sharding
 from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
 
@@ -35,8 +43,9 @@ _LENGTH = flags.DEFINE_integer('length', 0, 'Sequence length (0: the config\'s d
 _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up steps).')
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: guess).')
-_VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step.')
-_PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print the costliest XLA operations.')
+_VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step (its own process).')
+_TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
+_PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
@@ -68,123 +77,93 @@ def random_batch(batch: int, length: int, vocab: int, seed: int = 0) -> dict[str
   return {'input_ids': ids, 'segment_ids': segments, 'input_mask': np.ones_like(ids)}
 
 
-def time_jax(c, batch):
+def time_jax(c, batch, t0: float) -> dict:
+  """Seconds of the train step's compile, of the initialiser (its compile and run), to the end of the first step
+  (from `t0`), and per step; with --profile, prints where the time of a step goes."""
   run = Pretraining(c, SPECIAL, sharding.make_mesh(c.mesh))
+  start = time.perf_counter()
   executable = run.compile()  # what step_fn runs from now on
-  state = run.init_state(jax.random.PRNGKey(0))
+  compiled = time.perf_counter()
+  state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
+  initialised = time.perf_counter()
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
   device_batch = sharding.global_batch(batch, run.batch_sharding)
-  for _ in range(2):
-    state, metrics = run.step_fn(state, device_batch, rng)
+  state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
-  start = time.perf_counter()
+  first = time.perf_counter()
+  state, metrics = run.step_fn(state, device_batch, rng)
+  jax.block_until_ready(metrics)
+  start_steps = time.perf_counter()
   for _ in range(_STEPS.value):
     state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
-  seconds = (time.perf_counter() - start) / _STEPS.value
+  seconds = (time.perf_counter() - start_steps) / _STEPS.value
   if _PROFILE.value:
-    with tempfile.TemporaryDirectory() as trace:
-      with jax.profiler.trace(trace):
-        for _ in range(_PROFILE.value):
-          state, metrics = run.step_fn(state, device_batch, rng)
-        jax.block_until_ready(metrics)
-      print_costliest_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], _PROFILE.value,
-                          executable.as_text())
-  return seconds
+    try:  # a profiler that cannot start (no CUPTI, say) must not cost the numbers above
+      with tempfile.TemporaryDirectory() as trace:
+        with jax.profiler.trace(trace):
+          for _ in range(_PROFILE.value):
+            state, metrics = run.step_fn(state, device_batch, rng)
+          jax.block_until_ready(metrics)
+        hlo = executable.as_text()
+        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], hlo,
+                                _PROFILE.value)
+        print(kernels.format_timed(ops, hlo), flush=True)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
+  memory = jax.devices()[0].memory_stats() or {}
+  return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
+          'first_step_seconds': first - t0, 'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
+          'loss': float(metrics['loss'][0])}
 
 
-def print_costliest_ops(xplane: str, steps: int, hlo: str, top: int = 25):
-  """The XLA operations (thunks) with the most time per step in a trace, summed over every thread and call, each
-  with its shape and the jax operation it came from (from the compiled HLO text `hlo`)."""
-  where = {}
-  for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (\S+) .*?op_name="([^"]*)"', hlo, re.MULTILINE):
-    where.setdefault(m.group(1), f'{m.group(2)}  {m.group(3)[-90:]}')
-  total = collections.Counter()
-  for plane in jax.profiler.ProfileData.from_file(xplane).planes:
-    for line in plane.lines:
-      if line.name.startswith('tf_XLA'):  # XLA's thread pools; not the Python thread
-        for event in line.events:  # the operations, not the pools' own events or waits
-          if not event.name.startswith(('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')):
-            total[event.name] += event.duration_ns / steps / 1e6
-  print(f'costliest XLA operations, ms per step (summed over threads; all operations: {sum(total.values()):.1f}):')
-  for name, ms in total.most_common(top):
-    print(f'  {ms:8.1f}  {name:28s} {where.get(name, "")}')
-
-
-def time_torch(c, batch):
-  """The same step in PyTorch: HF generator + discriminator with tied embeddings, masking, sampling, AdamW."""
-  import torch  # noqa: PLC0415
-  import transformers  # noqa: PLC0415
-  m = c.model
-  gen, disc = m.tower(True), m.tower(False)
-  common = dict(vocab_size=m.vocab_size, embedding_size=m.embedding_size, max_position_embeddings=
-                m.max_position_embeddings, type_vocab_size=m.type_vocab_size, hidden_act='gelu')
-  generator = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-      hidden_size=gen.hidden_size, num_hidden_layers=gen.num_layers, num_attention_heads=gen.num_heads,
-      intermediate_size=gen.intermediate_size, **common))
-  discriminator = transformers.ElectraForPreTraining(transformers.ElectraConfig(
-      hidden_size=disc.hidden_size, num_hidden_layers=disc.num_layers, num_attention_heads=disc.num_heads,
-      intermediate_size=disc.intermediate_size, **common))
-  discriminator.electra.embeddings = generator.electra.embeddings  # shared embeddings, as in ELECTRA
-  params = {id(p): p for p in list(generator.parameters()) + list(discriminator.parameters())}.values()
-  optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, eps=1e-6)
-  ids = torch.from_numpy(batch['input_ids']).long()
-  segments = torch.from_numpy(batch['segment_ids']).long()
-  mask = torch.from_numpy(batch['input_mask']).long()
-  num_predictions = c.objective.num_predictions(ids.shape[1])
-
-  def step():
-    scores = torch.rand(ids.shape).masked_fill((ids == SPECIAL.cls) | (ids == SPECIAL.sep), -1.0)
-    positions = scores.topk(num_predictions, dim=1).indices
-    masked = ids.scatter(1, positions, SPECIAL.mask)
-    logits = generator(input_ids=masked, attention_mask=mask, token_type_ids=segments).logits
-    selected = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
-    targets = ids.gather(1, positions)
-    gen_loss = torch.nn.functional.cross_entropy(selected.flatten(0, 1), targets.flatten())
-    with torch.no_grad():
-      gumbel = -torch.log(-torch.log(torch.rand_like(selected).clamp_min(1e-9)))
-      samples = (selected + gumbel).argmax(-1)
-    corrupted = ids.scatter(1, positions, samples)
-    labels = (corrupted != ids).float()
-    disc_logits = discriminator(input_ids=corrupted, attention_mask=mask, token_type_ids=segments).logits
-    disc_loss = torch.nn.functional.binary_cross_entropy_with_logits(disc_logits, labels)
-    loss = gen_loss + c.objective.disc_weight * disc_loss
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-
-  for _ in range(2):
-    step()
-  start = time.perf_counter()
-  for _ in range(_STEPS.value):
-    step()
-  return (time.perf_counter() - start) / _STEPS.value
+def time_torch(steps: int) -> str:
+  """bench/torch_step.py's line for the same config, batch and length, run in a process of its own."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  overrides = [a for a in sys.argv[1:] if a.startswith(('--config', '--batch', '--length', '--vocab'))]
+  command = [sys.executable, os.path.join(here, 'torch_step.py'), *overrides, f'--steps={steps}']
+  if _TORCH_COMPILE.value:
+    command.append('--compile')
+  done = subprocess.run(command, capture_output=True, text=True, check=False)
+  lines = [line for line in done.stdout.splitlines() if line.startswith('torch')]
+  if done.returncode or not lines:
+    return 'torch: FAILED: ' + (done.stderr.strip().splitlines() or ['no output'])[-1][:300]
+  return lines[-1]
 
 
 def main(argv):
   del argv
+  # The PyTorch step first, before this process starts JAX's backend: on a GPU that preallocates 75% of its memory.
+  torch_line = time_torch(_STEPS.value) if _VS_TORCH.value else ''
+  t0 = time.perf_counter()  # the first step's seconds count from here: the backend's start, compile, initialiser
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
   if _LENGTH.value:
     cfg.data.max_seq_length = _LENGTH.value
   c = config_lib.load(cfg, vocab_size=_VOCAB.value)
+  print(report.devices_line(), flush=True)
   length = c.data.max_seq_length
   batch = random_batch(c.batch_size, length, c.model.vocab_size)
   step_flops = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length))
   peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # dtype 'auto' resolved for this device
-  seconds = time_jax(c, batch)
-  tokens = c.batch_size * length
-  print(f'device: {jax.device_count()} x {jax.devices()[0].device_kind}; model: {c.model.num_layers} layers, '
-        f'H={c.model.hidden_size}, E={c.model.embedding_size}, vocab={c.model.vocab_size}, dtype={c.model.dtype}; '
-        f'batch {c.batch_size} x {length}')
-  print(f'jax:   step {seconds * 1e3:.1f} ms, {tokens / seconds:,.0f} tokens/s, '
-        f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, MFU {step_flops / seconds / peak:.1%} '
-        f'(peak {peak / 1e12:.2f} TFLOP/s)')
-  if _VS_TORCH.value:
-    torch_seconds = time_torch(c, batch)
-    print(f'torch: step {torch_seconds * 1e3:.1f} ms, {tokens / torch_seconds:,.0f} tokens/s; '
-          f'jax/torch speed ratio {torch_seconds / seconds:.2f}x')
+  m = c.model
+  print(f'model: {m.num_layers} layers, H={m.hidden_size}, E={m.embedding_size}, vocab={m.vocab_size}, '
+        f'dtype={m.dtype}, attention={m.attention}, dropout {m.dropout_rate}/{m.attention_dropout_rate} '
+        f'({m.dropout_draw}), scan_layers={m.scan_layers}, remat={m.remat}; batch {c.batch_size} x {length}; '
+        f'prng {jax.config.jax_default_prng_impl}', flush=True)
+  r = time_jax(c, batch, t0)
+  seconds, tokens = r['step_seconds'], c.batch_size * length
+  r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
+  print(f'jax:   step {seconds * 1e3:.2f} ms, {tokens / seconds:,.0f} tokens/s, '
+        f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, MFU {r["mfu"]:.1%} (peak {peak / 1e12:.2f} TFLOP/s); '
+        f'compile {r["compile_seconds"]:.1f} s, initialiser {r["init_seconds"]:.1f} s, first step at '
+        f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
+  if torch_line:
+    print(torch_line, flush=True)
+    if not torch_line.startswith('torch: FAILED'):
+      r['torch_step_seconds'] = float(torch_line.split('step ')[1].split(' ms')[0]) / 1e3
+      print(f'jax/torch speed ratio {r["torch_step_seconds"] / seconds:.2f}x (above 1: jax is faster)', flush=True)
+  print('RESULT ' + json.dumps(r), flush=True)
 
 
 if __name__ == '__main__':

@@ -90,6 +90,8 @@ def get_config():
   config.objective.disc_weight_warmup_fraction = o.disc_weight_warmup_fraction
   config.objective.disallow_correct = o.disallow_correct  # Never sample the original token.
   config.objective.uniform_generator = o.uniform_generator  # Replace the generator by uniform sampling (ablation).
+  # inverse_cdf|gumbel: how replacements are drawn (config.SAMPLINGS); same distribution, different draws.
+  config.objective.sampling = o.sampling
   # Two-stage training (0: off): the generator alone (MLM) for this many steps, then the discriminator, initialised
   # from it, alone while the generator stays frozen. Needs a same-size generator and model.tying != 'all'.
   config.objective.two_stage_generator_steps = o.two_stage_generator_steps

@@ -44,7 +44,7 @@ from jax.experimental import topologies
 import ml_collections
 from ml_collections import config_flags
 
-from electra_jax import cli, config as config_lib, flops, gpu_targets, objective, sharding
+from electra_jax import cli, config as config_lib, flops, gpu_targets, kernels, objective, sharding
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
@@ -114,6 +114,7 @@ class Report:
   loop: str = ''  # what the step loops over, if anything (the cost analysis then covers one iteration)
   fused_attention: int = 0  # cuDNN fused-attention custom calls in the compiled program (GPU)
   collectives: str = ''  # the cross-device ops in the compiled program, e.g. 'all-reduce x12'
+  kernels: str = ''  # what the compiled program launches per step (electra_jax.kernels.summary)
 
 
 def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: float, loop: str = '') -> Report:
@@ -142,7 +143,8 @@ def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: 
   return Report(name, devices, tokens, model_flops, seconds, argument_bytes=memory.argument_size_in_bytes,
                 temp_bytes=memory.temp_size_in_bytes, peak_bytes=peak,
                 compiled_flops=float(cost.get('flops', 0.0)), estimated_seconds=float(cost.get('optimal_seconds', 0.0)),
-                loop=loop, fused_attention=text.count('"__cudnn$fmha'), collectives=collectives(text))
+                loop=loop, fused_attention=text.count('"__cudnn$fmha'), collectives=collectives(text),
+                kernels=kernels.summary(kernels.parse(text)))
 
 
 def collectives(hlo: str) -> str:
@@ -273,6 +275,7 @@ def format_report(r: Report, hw: Chip) -> str:
   if isinstance(hw, gpu_targets.Gpu):
     return '\n'.join(lines + [
         f'  attention: {f"cuDNN fused attention ({r.fused_attention} calls)" if r.fused_attention else "not fused"}',
+        f'  kernels: {r.kernels} (bench/gpu_kernels.py: the table)',
         f'  FLOPs per step: model {r.model_flops:.3e} (electra_jax.flops, matmuls x 3); XLA:GPU has no cost '
         'analysis, so no compiled FLOPs and NO step-time estimate (measure on a GPU: bench/step_throughput.py)',
         f'  fits means within the {usable_bytes(hw) / GIB:.1f} GiB JAX\'s allocator takes '

@@ -98,6 +98,14 @@ def dropout_draw(draw: str, platform: str) -> str:
   return 'bits16' if platform == 'cpu' else 'uniform'
 
 
+# objective.sampling: how the generator's replacements are drawn from its softmax. 'inverse_cdf': one uniform number
+#   per position and a cumulative sum over the vocabulary (objective.sample_replacements); 'gumbel': Gumbel noise on
+#   every logit and an argmax, as the official code does (a random number per vocabulary entry: 16% of the
+#   ELECTRA-Small step on a CPU). Same distribution, different draws. The GPU check (bench/gpu_check.py) measures
+#   both on a GPU.
+SAMPLINGS = ('inverse_cdf', 'gumbel')
+
+
 def for_platform(model, platform: str) -> dict[str, str]:
   """The model keys that depend on the platform ('cpu', 'gpu', 'tpu'), resolved as a run there resolves them:
   {'dtype', 'attention', 'dropout_draw'}. `model`: the model section of a config file, or a ModelConfig's fields."""
@@ -227,11 +235,14 @@ class ObjectiveConfig:
   disc_weight_warmup_fraction: float = 0.0
   disallow_correct: bool = False
   uniform_generator: bool = False
+  sampling: str = 'inverse_cdf'
   two_stage_generator_steps: int = 0
   generator_checkpoint: str = ''  # electra_frozen: the pre-training WORKDIR whose MLM samples (electra_jax.frozen)
   generator_step: int = 0  # its checkpoint; 0: the latest
 
   def __post_init__(self):
+    if self.sampling not in SAMPLINGS:
+      raise ConfigError(f'objective.sampling must be one of {", ".join(map(repr, SAMPLINGS))}, got {self.sampling!r}')
     if not 0 < self.mask_prob < 1:
       raise ConfigError(f'objective.mask_prob must be in (0, 1), got {self.mask_prob}')
     if self.mask_token_prob + self.random_token_prob > 1:

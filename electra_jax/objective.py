@@ -54,6 +54,11 @@ def _per_row(key, rows):
 
 def draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
   """Returns (Draws for the whole batch, (generator dropout key, discriminator dropout key))."""
+  with jax.named_scope('masking'):  # names its operations in profiles (electra_jax.kernels)
+    return _draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
+
+
+def _draw(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int):
   mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
   input_ids, input_mask = batch['input_ids'], batch['input_mask']
   rows = jnp.arange(input_ids.shape[0], dtype=jnp.int32)
@@ -106,14 +111,17 @@ def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
 def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=1.0):
   """Samples [batch, P] from the softmax of generator logits [batch, P, vocab] at the temperature of `progress`.
 
-  By inverse CDF: one uniform u in (0, 1] per position, and the sample is the first id whose cumulative
-  probability reaches u (counted as the ids whose cumulative probability stays below it). The official code draws
-  the same distribution with Gumbel noise and an argmax, which needs a random number per vocabulary entry: on CPU
-  that noise was 16% of ELECTRA-Small's step (docs/history.md, "Sampling and dropout on a CPU"). An id
+  By inverse CDF (objective.sampling='inverse_cdf'): one uniform u in (0, 1] per position, and the sample is the
+  first id whose cumulative probability reaches u (counted as the ids whose cumulative probability stays below it).
+  The official code draws the same distribution with Gumbel noise and an argmax (objective.sampling='gumbel'), which
+  needs a random number per vocabulary entry: on CPU that noise was 16% of ELECTRA-Small's step (docs/history.md,
+  "Sampling and dropout on a CPU"). An id
   of probability 0 is never drawn, since u > 0. In float32 whatever the model's dtype: a bf16 sum over 30k ids
   would round away the small probabilities.
   """
   logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress)).astype(jnp.float32)
+  if config.sampling == 'gumbel':  # the official draw: argmax of logits + Gumbel noise
+    return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape), axis=-1).astype(targets.dtype)
   cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
   u = 1.0 - jax.random.uniform(rng, logits.shape[:-1] + (1,))
   return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)
@@ -123,7 +131,8 @@ def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
   """`sample_replacements` row by row: row r's noise comes from keys[r] alone. [batch, P, vocab] -> [batch, P]."""
   one_row = lambda key, row_logits, row_targets: sample_replacements(key, row_logits[None], row_targets[None],
                                                                      config, progress)[0]
-  return jax.vmap(one_row)(keys, logits, targets)
+  with jax.named_scope('sampling'):  # names its operations in profiles (electra_jax.kernels)
+    return jax.vmap(one_row)(keys, logits, targets)
 
 
 def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,

@@ -4,7 +4,9 @@ Only process 0 speaks: every host of a multi-host run does the same work, and on
 """
 
 import contextlib
+import os
 import shlex
+import shutil
 import sys
 import time
 
@@ -26,6 +28,24 @@ def is_chief() -> bool:
     return distributed.global_state.process_id == 0
   except (ImportError, AttributeError):  # another jax: ask it
     return jax.process_index() == 0
+
+
+def nvidia_gpu_visible(proc: str = '/proc/driver/nvidia') -> bool:
+  """Whether this machine shows an NVIDIA GPU: the driver's /proc entry, or `nvidia-smi` on the PATH."""
+  return os.path.isdir(proc) or shutil.which('nvidia-smi') is not None
+
+
+def devices_line() -> str:
+  """What this run computes on, e.g. 'devices: 8 x NVIDIA H100 80GB HBM3 (gpu), 1 process', followed by a warning
+  line when an NVIDIA GPU is visible but JAX runs on the CPU (jax installed without its CUDA plugin)."""
+  devices = jax.devices()
+  kinds = sorted({d.device_kind for d in devices})
+  line = (f'devices: {len(devices)} x {", ".join(kinds)} ({jax.default_backend()}), {jax.process_count()} '
+          f'process{"es" if jax.process_count() > 1 else ""}, jax {jax.__version__}')
+  if jax.default_backend() == 'cpu' and nvidia_gpu_visible():
+    line += ('\nwarning: an NVIDIA GPU is visible but JAX runs on the CPU: install its CUDA plugin, '
+             'pip install "jax[cuda12]==' + jax.__version__ + '" (README: "On a GPU")')
+  return line
 
 
 def log(message: str):

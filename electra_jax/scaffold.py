@@ -8,20 +8,22 @@ signal, every host at the same step, through `preemption.StopSignal`.
 """
 
 import contextlib
+import os
 import sys
 import time
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
+import numpy as np
 import tqdm
 
 from electra_jax import sharding
 
 # The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
 # a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
-ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+# uint32[2] for jax's default threefry2x32; uint32[4] under JAX_DEFAULT_PRNG_IMPL=rbg or unsafe_rbg.
+ABSTRACT_KEY = jax.eval_shape(lambda: jax.random.key_data(jax.random.PRNGKey(0)))
 
 # init_boxed(raw key) -> a fresh training state whose leaves are still boxed with their logical axis names.
 InitBoxed = Callable[[Any], Any]
@@ -38,9 +40,73 @@ def state_layout(mesh: jax.sharding.Mesh, rules, init_boxed: InitBoxed) -> tuple
   return shardings, abstract
 
 
-def init_fn(init_boxed: InitBoxed, shardings) -> Callable[[jax.Array], Any]:
-  """`init_boxed` unboxed and jitted to write the state straight into `shardings` (no full copy on one host)."""
-  return jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=shardings)
+# Where a fresh state is computed: ELECTRA_JAX_INIT=device jits the initialiser for the accelerators and writes each
+# shard where it belongs; =host computes the whole state on this host's CPU, then copies each device its shards;
+# =auto (the default) is host on GPUs for a state of at most HOST_INIT_MAX_BYTES, device otherwise (CPUs, TPUs, a
+# state too big for one host). On one H200 XLA:GPU compiled ELECTRA-Small's jitted initialiser in 66 s, where
+# XLA:CPU compiles it in about 2 s (../shared/gpu, 2026-11-26). Both draw the same random bits (threefry); the
+# truncated-normal transform may round differently in the last bit.
+HOST_INIT_MAX_BYTES = 8 * 2**30
+
+
+class Initialiser:
+  """`init_boxed` unboxed, computed where ELECTRA_JAX_INIT says, into `shardings`; `device` is the jitted
+  initialiser for the accelerators (what compile-only checks lower)."""
+
+  def __init__(self, init_boxed: InitBoxed, shardings):
+    self.unboxed = lambda rng: nn.meta.unbox(init_boxed(rng))
+    self.shardings = shardings
+    self.device = jax.jit(self.unboxed, out_shardings=shardings)
+    self.host = jax.jit(self.unboxed)  # run where its input is: on the CPU
+    self._on_host = None
+
+  def on_host(self) -> bool:
+    """Whether to compute the state on the host (ELECTRA_JAX_INIT, decided once)."""
+    if self._on_host is None:
+      where = os.environ.get('ELECTRA_JAX_INIT', 'auto')
+      if where not in ('auto', 'host', 'device'):
+        raise ValueError(f'ELECTRA_JAX_INIT={where!r}: expected auto, host or device')
+      self._on_host = where == 'host'
+      if where == 'auto' and jax.default_backend() == 'gpu' and _has_cpu():
+        state = jax.eval_shape(self.unboxed, ABSTRACT_KEY)
+        self._on_host = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) <= HOST_INIT_MAX_BYTES
+    return self._on_host
+
+  def __call__(self, rng):
+    if not self.on_host():
+      with threefry_kernels():
+        return self.device(rng)
+    state = self.host(jax.device_put(rng, jax.local_devices(backend='cpu')[0]))
+    return jax.tree.map(_place, state, self.shardings)
+
+
+def _place(x, sharding):
+  """Host array `x` laid over `sharding`: each device gets only its shard."""
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def threefry_kernels():
+  """A context in which jax lowers threefry on GPUs to its CUDA kernel rather than inline (the same bits; elsewhere
+  nothing changes): XLA:GPU compiled ELECTRA-Small's initialiser for an H100 in 180 s instead of 965 s this way (on
+  a loaded 2-core CPU, no GPU: bench/gpu_kernels.py). The initialiser runs once, so the memory the kernel's bits
+  take does not matter there."""
+  from jax._src import config as jax_config  # noqa: PLC0415  (no public context for it)
+  state = getattr(jax_config, 'threefry_gpu_kernel_lowering', None)
+  return state(True) if state is not None else contextlib.nullcontext()
+
+
+def _has_cpu() -> bool:
+  """Whether jax runs its CPU backend beside the accelerators (not under JAX_PLATFORMS=cuda, say)."""
+  try:
+    return bool(jax.local_devices(backend='cpu'))
+  except RuntimeError:
+    return False
+
+
+def init_fn(init_boxed: InitBoxed, shardings) -> Initialiser:
+  """`init_boxed` unboxed, to write the state into `shardings` (`Initialiser`)."""
+  return Initialiser(init_boxed, shardings)
 
 
 def jit_step(step: Callable, shardings, batch_sharding: jax.sharding.NamedSharding):

@@ -59,12 +59,13 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
                                           vocab_size=model.config.vocab_size, steps=grad_accum_steps,
                                           progress=progress, sums_fn=spec.sums, metrics_fn=metrics_fn,
                                           selected_only=spec.selected_only)
-  updates, opt_state = tx.update(grads, state.opt_state, params)
-  if two_stage:
-    updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
-  params = optax.apply_updates(params, updates)
-  one = jnp.ones((), jnp.float32)
-  metrics['grad_norm'] = (optax.tree.norm(grads), one)
+  with jax.named_scope('optimizer'):  # names its operations in profiles (electra_jax.kernels)
+    updates, opt_state = tx.update(grads, state.opt_state, params)
+    if two_stage:
+      updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
+    params = optax.apply_updates(params, updates)
+    one = jnp.ones((), jnp.float32)
+    metrics['grad_norm'] = (optax.tree.norm(grads), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
 

@@ -16,7 +16,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'electra_jax'
 # Bottom to top. A name covers a module and, for a package, everything in it (the longest name wins).
 LAYERS = (
     # What every layer uses; none imports electra_jax.
-    ('errors', 'fileio', 'report', 'hosts', 'preemption', 'masking', 'attention'),
+    ('errors', 'fileio', 'report', 'hosts', 'preemption', 'masking', 'attention', 'kernels'),
     ('config',),
     # Storage, data and the building blocks of a step.
     ('checkpoint', 'metrics', 'profiling', 'plot', 'data', 'compile_cache', 'hf_tokenizer', 'model', 'optimizer',

@@ -145,23 +145,26 @@ def _draws(logits, config, n, targets=None, seed=0):
   return np.asarray(fn(jax.random.PRNGKey(seed), logits, targets))[:, 0]
 
 
-def test_sample_equal_to_original_and_disallow_correct():
+@pytest.mark.parametrize('sampling', ['inverse_cdf', 'gumbel'])
+def test_sample_equal_to_original_and_disallow_correct(sampling):
   # Logits +20 on token 3, 0 elsewhere: without disallow_correct the original (3) wins essentially always;
   # with it, 3 gets -980 and is never drawn, the other 4 ids are equally likely.
   logits = [0, 0, 0, 20, 0]
-  plain = _draws(logits, ObjectiveConfig(), 4000, targets=3)
+  plain = _draws(logits, ObjectiveConfig(sampling=sampling), 4000, targets=3)
   assert np.mean(plain == 3) > 0.99  # P(3) = e^20 / (e^20 + 4) = 1 - 8e-9
-  banned = _draws(logits, ObjectiveConfig(disallow_correct=True), 4000, targets=3)
+  banned = _draws(logits, ObjectiveConfig(disallow_correct=True, sampling=sampling), 4000, targets=3)
   assert not np.any(banned == 3)
   assert set(banned.tolist()) == {0, 1, 2, 4}
   # The first and the last id, banned, are never drawn either (the ends of the cumulative sum).
   for end in (0, 4):
-    ends = _draws(np.roll(logits, end - 3), ObjectiveConfig(disallow_correct=True), 4000, targets=end)
+    config = ObjectiveConfig(disallow_correct=True, sampling=sampling)
+    ends = _draws(np.roll(logits, end - 3), config, 4000, targets=end)
     assert set(ends.tolist()) == {0, 1, 2, 3, 4} - {end}
 
 
+@pytest.mark.parametrize('sampling', ['inverse_cdf', 'gumbel'])
 @pytest.mark.parametrize('temperature', [1.0, 2.0, 0.5])
-def test_temperature(temperature):
+def test_temperature(temperature, sampling):
   # The sampler draws from softmax(logits/T); with logits = log p that is p^(1/T) normalised:
   #   T = 1:   [0.5, 0.3, 0.2]
   #   T = 2:   sqrt(p) = [0.7071, 0.5477, 0.4472] / 1.7020 = [0.4155, 0.3218, 0.2628]
@@ -170,7 +173,7 @@ def test_temperature(temperature):
   p = np.array([0.5, 0.3, 0.2])
   expected = {1.0: [0.5, 0.3, 0.2], 2.0: [0.4155, 0.3218, 0.2628], 0.5: [0.6579, 0.2368, 0.1053]}[temperature]
   np.testing.assert_allclose(p ** (1 / temperature) / np.sum(p ** (1 / temperature)), expected, atol=1e-4)
-  samples = _draws(np.log(p), ObjectiveConfig(temperature=temperature), 20000)
+  samples = _draws(np.log(p), ObjectiveConfig(temperature=temperature, sampling=sampling), 20000)
   freq = np.bincount(samples, minlength=3) / len(samples)
   np.testing.assert_allclose(freq, expected, atol=0.018)
 

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 
 from electra_jax import data, fileio, pretrained, scaffold, sharding
 from electra_jax import metrics as metrics_lib
+from electra_jax import report as run_report
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ModelConfig
 from electra_jax.errors import CheckpointError, ConfigError, TrainingError
@@ -377,6 +378,7 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
   ft.check_batch_size(c.batch_size, 'batch_size')
   ft.check_batch_size(c.eval_batch_size, 'eval_batch_size')
   _write_run_files(workdir, config_dict, c, model_config, task, tokenizer)
+  run_report.log(run_report.devices_line())
   print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
         f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
         f'{_origin(c) if pretrained else "from scratch"}', file=sys.stderr)

@@ -1,0 +1,318 @@
+"""The GPU check: one command, at most 9 minutes on a bare GPU machine, that measures what issue 44 asks of a GPU.
+
+  python3 bench/gpu_check.py OUTDIR [--tiny] [--stages=versions,small,...] [--budget=510]
+
+Stages, most valuable first, each in a process of its own with its own time limit; a stage that would start past
+the budget is skipped (a second run with --stages=... takes the rest):
+  versions   the GPU, driver, python and package versions, and the devices jax sees;
+  small      ELECTRA-Small, batch 128 x 128: the JAX step against the PyTorch step (bench/step_throughput.py
+             --vs_torch), with a 3-step profile: the time per part of the step (electra_jax.kernels);
+  quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
+  resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
+             warm (the same compiled step): seconds from launch to its first step;
+  base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
+  levers     Small with one lever changed at a time (LEVERS below, or those --levers names), each against the
+             plain GPU defaults of the `small` stage.
+Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
+OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about a minute (a test does).
+
+The packages the GPU image may lack (ml_collections, tensorboardX, grain, array_record, portpicker) are
+installed from wheels in WHEELS (default .whl/ in the repository) into a folder of their own, when an import
+fails; docs/gpu.md says how to download them and carry them to the machine.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEEDED = ('ml_collections', 'tensorboardX', 'grain', 'array_record', 'portpicker')
+VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torch', 'transformers', 'grain',
+            'ml_collections')
+STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
+# One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
+# the objective's; the rest are read by jax when it starts.
+LEVERS = {  # most informative first: a run out of budget measures the first ones
+    'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
+    'attention=cudnn, no attention dropout': ({}, ['--config.model.attention=fused',
+                                                   '--config.model.attention_dropout_rate=0']),
+    'threefry kernel': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'true'}, []),
+    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
+    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
+    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
+    'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
+    'scan_layers': ({}, ['--config.model.scan_layers=true']),
+    'attention=einsum, no attention dropout': ({}, ['--config.model.attention=einsum',
+                                                    '--config.model.attention_dropout_rate=0']),
+    'prng=unsafe_rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'unsafe_rbg'}, []),
+    'initialiser on the device': ({'ELECTRA_JAX_INIT': 'device'}, []),
+}
+TINY_LEVERS = ('prng=rbg', 'sampling=gumbel')  # --tiny: two that change the program on a CPU too
+TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
+              '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
+
+
+class Check:
+  """Runs the stages, keeps their rows, prints the table."""
+
+  def __init__(self, out: str, tiny: bool, budget: float, python: str, only: tuple[str, ...] = ()):
+    self.out, self.tiny, self.budget, self.python, self.only = out, tiny, budget, python, only
+    self.logs = os.path.join(out, 'logs')
+    os.makedirs(self.logs, exist_ok=True)
+    self.start = time.monotonic()
+    self.rows = []
+    self.env = dict(os.environ, PYTHONUNBUFFERED='1')
+    self.env['PYTHONPATH'] = os.pathsep.join(p for p in (REPO, self.env.get('PYTHONPATH', '')) if p)
+    if tiny:
+      self.env['JAX_PLATFORMS'] = 'cpu'
+    self.cache = os.path.join(out, 'cache')  # ELECTRA_JAX_CACHE of the quickstart: empty at first
+
+  def elapsed(self) -> float:
+    return time.monotonic() - self.start
+
+  def room(self, stage: str, needs: float) -> bool:
+    if self.elapsed() + needs > self.budget:
+      self.row(stage, 'skipped', 0.0, f'past the budget of {self.budget:.0f} s (at {self.elapsed():.0f} s)')
+      return False
+    return True
+
+  def row(self, stage: str, status: str, seconds: float, result: str, numbers: dict | None = None):
+    self.rows.append((stage, status, seconds, result))
+    with open(os.path.join(self.out, 'results.jsonl'), 'a', encoding='utf-8') as f:
+      f.write(json.dumps({'stage': stage, 'status': status, 'seconds': round(seconds, 1), 'result': result,
+                          **(numbers or {})}) + '\n')
+    print(f'[{self.elapsed():5.0f} s] {stage}: {status} ({seconds:.0f} s) {result}', flush=True)
+
+  def command(self, name: str, argv: list[str], limit: float, env: dict | None = None) -> tuple[str, str, float]:
+    """(status, output, seconds) of argv run from the repository root, killed after `limit` seconds."""
+    log = os.path.join(self.logs, re.sub(r'[^\w.\-]+', '_', name) + '.log')
+    limit = max(1.0, min(limit, self.budget + 45 - self.elapsed()))  # the whole check ends within budget + 45 s
+    start = time.monotonic()
+    with open(log, 'w', encoding='utf-8') as f:
+      f.write('$ ' + ' '.join(argv) + '\n')
+      f.flush()
+      process = subprocess.Popen(argv, cwd=REPO, env={**self.env, **(env or {})}, stdout=f,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+      try:
+        status = 'ok' if process.wait(timeout=limit) == 0 else f'FAILED (exit {process.returncode})'
+      except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        status = f'TIMEOUT ({limit:.0f} s)'
+    with open(log, encoding='utf-8', errors='replace') as f:
+      return status, f.read(), time.monotonic() - start
+
+  # The stages.
+
+  def versions(self):
+    script = ('import importlib, jax\n'
+              f'for m in {VERSIONS!r}:\n'
+              '  try: print(m, getattr(importlib.import_module(m), "__version__", "?"))\n'
+              '  except Exception as e: print(m, "MISSING", type(e).__name__)\n'
+              'from electra_jax import report; print(report.devices_line())\n')
+    smi = shutil.which('nvidia-smi')
+    gpu = subprocess.run([smi, '--query-gpu=name,memory.total,driver_version', '--format=csv,noheader'],
+                         capture_output=True, text=True, check=False).stdout.strip() if smi else 'no nvidia-smi'
+    status, output, seconds = self.command('versions', [self.python, '-c', script], 120)
+    found = dict(line.split(' ', 1) for line in output.splitlines() if re.match(r'^[\w.]+ \S', line)
+                 and line.split(' ', 1)[0] in VERSIONS)
+    devices = next((line for line in output.splitlines() if line.startswith('devices:')), '')
+    self.row('versions', status, seconds, f'{gpu}; python {sys.version.split()[0]}; ' + ', '.join(
+        f'{k} {v}' for k, v in found.items()) + f'; {devices}', {'gpu': gpu, 'versions': found})
+
+  def throughput(self, name: str, config: str, batch: int, length: int, steps: int, limit: float,
+                 extra: list[str] = (), env: dict | None = None, torch: bool = True, profile: int = 0):
+    argv = [self.python, 'bench/step_throughput.py', f'--config={config}', f'--batch={batch}', f'--length={length}',
+            f'--steps={steps}', *extra]
+    if self.tiny:
+      argv += ['--vocab=500', *TINY_MODEL]
+    if torch:
+      argv.append('--vs_torch')
+    if profile:
+      argv.append(f'--profile={profile}')
+    status, output, seconds = self.command(name, argv, limit, env)
+    result = next((json.loads(line[len('RESULT '):]) for line in output.splitlines() if line.startswith('RESULT ')),
+                  None)
+    if result is None:
+      self.row(name, status, seconds, _last_line(output))
+      return None
+    text = (f'{result["step_seconds"] * 1e3:.2f} ms/step, {result["tokens_per_second"]:,.0f} tokens/s, MFU '
+            f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
+            f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s')
+    if 'torch_step_seconds' in result:
+      text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
+               f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
+    groups = re.findall(r'^  (masking|sampling|model|dropout|loss|optimizer|other) +([\d.]+) +([\d.]+%)', output,
+                        re.MULTILINE)
+    if groups:
+      text += '; profile: ' + ', '.join(f'{g} {ms} ms' for g, ms, _ in groups)
+    self.row(name, status, seconds, text, result)
+    return result
+
+  def small(self):
+    if self.tiny:
+      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240, profile=1)
+    return self.throughput('small', 'configs/small.py', 128, 128, 30, 240, profile=3)
+
+  def base(self):
+    if self.tiny:
+      return self.throughput('base', 'configs/tiny.py', 8, 64, 2, 240)
+    return self.throughput('base', 'configs/base.py', 32, 512, 20, 200)
+
+  def levers(self):
+    names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or any(o in n for o in self.only)]
+    for name in names:
+      if not self.room(f'lever: {name}', 30 if self.tiny else 60):
+        continue
+      env, extra = LEVERS[name]
+      if 'XLA_FLAGS' in env:
+        env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
+      if self.tiny:
+        self.throughput(f'lever: {name}', 'configs/tiny.py', 8, 32, 2, 120, extra, env, torch=False)
+      else:
+        self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 10, 150, extra, env, torch=False)
+
+  def quickstart_argv(self) -> list[str]:
+    """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""
+    workdir = os.path.join(self.out, 'quickstart')
+    argv = [self.python, '-m', 'electra_jax.main', f'--workdir={workdir}']
+    if self.tiny:
+      return argv + ['--config=configs/tiny.py', '--config.train_steps=20', '--config.eval_every=0',
+                     '--config.data.vocab_size=500', '--config.checkpoint_every=10', *TINY_MODEL]
+    return argv + ['--config=configs/small.py:quickstart', '--config.train_steps=600',
+                   '--config.checkpoint_every=500']
+
+  def quickstart(self):
+    shutil.rmtree(os.path.join(self.out, 'quickstart'), ignore_errors=True)
+    shutil.rmtree(self.cache, ignore_errors=True)
+    steps = 20 if self.tiny else 600
+    status, output, seconds = self.command('quickstart', self.quickstart_argv(), 300,
+                                           {'ELECTRA_JAX_CACHE': self.cache})
+    summary = _metrics_line(os.path.join(self.out, 'quickstart', 'metrics.jsonl'))
+    stages = '; '.join(line.strip() for line in output.replace('\r', '\n').splitlines()
+                       if re.search(r' in [0-9.]+ s$|^devices:', line.strip()))
+    checkpoint = os.path.isdir(os.path.join(self.out, 'quickstart', 'checkpoints', str(steps)))
+    self.row('quickstart', status, seconds, f'{summary}; checkpoint {steps}: {"yes" if checkpoint else "NO"}; '
+             f'{stages}', {'checkpoint': checkpoint})
+
+  def resume(self):
+    """Seconds from launching the quickstart's command again, its last checkpoint removed, to its first new step:
+    the same command, so the same compiled step, read back from JAX's compile cache (metrics.jsonl gets a line
+    every step: log_every is the host's, not the compiled step's)."""
+    last = 20 if self.tiny else 600
+    workdir = os.path.join(self.out, 'quickstart')
+    metrics = os.path.join(workdir, 'metrics.jsonl')
+    if not os.path.isdir(os.path.join(workdir, 'checkpoints', str(last))):
+      self.row('resume', 'skipped', 0.0, 'no quickstart run to resume')
+      return
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(last)))
+    steps = last - (10 if self.tiny else 100)  # where it resumes from
+    argv = self.quickstart_argv() + ['--config.log_every=1']
+    log = os.path.join(self.logs, 'resume.log')
+    start = time.monotonic()
+    limit = max(1.0, min(180, self.budget + 45 - self.elapsed()))
+    first = None
+    with open(log, 'w', encoding='utf-8') as f:
+      process = subprocess.Popen(argv, cwd=REPO, env={**self.env, 'ELECTRA_JAX_CACHE': self.cache}, stdout=f,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+      while process.poll() is None and time.monotonic() - start < limit:
+        if first is None and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
+          first = time.monotonic() - start
+        time.sleep(0.02)
+      if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+      process.wait()
+    status = 'ok' if process.returncode == 0 and first is not None else f'FAILED (exit {process.returncode})'
+    with open(log, encoding='utf-8', errors='replace') as f:
+      stages = '; '.join(line.strip() for line in f.read().replace('\r', '\n').splitlines()
+                         if re.search(r' in [0-9.]+ s$|^resuming', line.strip()))
+    self.row('resume', status, time.monotonic() - start,
+             f'first step {first:.1f} s after launch (compile cache warm); {stages}' if first is not None else stages,
+             {'first_step_seconds': first})
+
+  def table(self) -> str:
+    lines = ['| stage | status | seconds | result |', '|---|---|---|---|']
+    lines += [f'| {stage} | {status} | {seconds:.0f} | {result} |' for stage, status, seconds, result in self.rows]
+    return '\n'.join(lines)
+
+
+def _last_line(output: str) -> str:
+  lines = [line for line in output.strip().splitlines() if line.strip()]
+  return lines[-1][-300:] if lines else 'no output'
+
+
+def _last_step(path: str) -> int:
+  """The step of the last complete line of metrics.jsonl `path` (0: none)."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      lines = [line for line in f if line.endswith('\n')]
+    return json.loads(lines[-1]).get('step', 0) if lines else 0
+  except (OSError, ValueError):
+    return 0
+
+
+def _metrics_line(path: str) -> str:
+  """The last metrics.jsonl line's step, losses and tokens/s."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      last = json.loads([line for line in f if line.strip()][-1])
+  except (OSError, ValueError, IndexError):
+    return 'no metrics'
+  keys = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'disc_recall', 'tokens_per_second')
+  return f'step {last.get("step")}: ' + ', '.join(f'{k} {last[k]:.4g}' for k in keys if k in last)
+
+
+def install_wheels(python: str, env: dict) -> str:
+  """Installs the carried wheels into a folder of their own when `python` cannot import NEEDED; says what it did."""
+  probe = f'import importlib\nfor m in {NEEDED!r}:\n  importlib.import_module(m)'
+  if subprocess.run([python, '-c', probe], env=env, capture_output=True, check=False).returncode == 0:
+    return 'all imports found'
+  wheels = os.environ.get('WHEELS', os.path.join(REPO, '.whl'))
+  found = sorted(os.path.join(wheels, w) for w in os.listdir(wheels) if w.endswith('.whl')) if os.path.isdir(
+      wheels) else []
+  if not found:
+    return f'imports missing and no wheels in {wheels} (docs/gpu.md: how to carry them)'
+  site = tempfile.mkdtemp(prefix='gpu_check_site_')
+  done = subprocess.run([python, '-m', 'pip', 'install', '-q', '--no-index', '--no-deps', '--no-compile',
+                         '--no-cache-dir', '--target', site, *found], capture_output=True, text=True, check=False)
+  if done.returncode:
+    return f'wheel install FAILED: {_last_line(done.stderr)}'
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH', ''), site) if p)
+  return f'installed {len(found)} wheels from {wheels}'
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('out', help='Directory for the logs, the table and results.jsonl.')
+  parser.add_argument('--tiny', action='store_true', help='The same stages on a CPU with tiny sizes (~1 minute).')
+  parser.add_argument('--stages', default=','.join(STAGES), help=f'Comma-separated, from {", ".join(STAGES)}.')
+  parser.add_argument('--budget', type=float, default=510.0, help='Seconds after which stages are skipped.')
+  parser.add_argument('--python', default=sys.executable, help='The Python that runs the stages.')
+  parser.add_argument('--levers', default='', help='Comma-separated parts of lever names to measure (default: all, '
+                      'in the order of LEVERS), e.g. --levers=rbg,gumbel.')
+  args = parser.parse_args()
+  unknown = set(args.stages.split(',')) - set(STAGES)
+  if unknown:
+    parser.error(f'unknown stage(s) {", ".join(sorted(unknown))}: choose from {", ".join(STAGES)}')
+  check = Check(args.out, args.tiny, args.budget, args.python, tuple(filter(None, args.levers.split(','))))
+  print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
+  needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'base': 60, 'levers': 30}
+  for stage in STAGES:
+    if stage in args.stages.split(',') and check.room(stage, 5 if args.tiny else needs[stage]):
+      getattr(check, stage)()
+  table = check.table()
+  with open(os.path.join(args.out, 'table.md'), 'w', encoding='utf-8') as f:
+    f.write(table + '\n')
+  print(f'\nGPU check{" (--tiny, CPU)" if args.tiny else ""}, {check.elapsed():.0f} s:\n{table}', flush=True)
+  return 0 if all(status in ('ok', 'skipped') for _, status, _, _ in check.rows) else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())

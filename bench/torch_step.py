@@ -1,0 +1,123 @@
+"""The ELECTRA pre-training step in PyTorch with Hugging Face's models: the anchor `bench/step_throughput.py
+--vs_torch` runs in a process of its own (so that JAX's preallocation of GPU memory does not starve it).
+
+  python bench/torch_step.py --config=configs/small.py --batch=128 --length=128 --steps=20
+
+As a PyTorch user would write it: ElectraForMaskedLM + ElectraForPreTraining with shared embeddings, the same
+sizes, dropout rates, batch, masking (15%, [CLS]/[SEP] never), Gumbel sampling and loss weights, AdamW with
+global-norm clipping. On a GPU: bf16 autocast, the fused AdamW and SDPA attention. It computes the generator's
+logits at every position and keeps the selected ones, as HF's MLM head does (the JAX step projects only the
+selected positions). Prints one line `torch: step ... ms, ... tokens/s, ...`.
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The config is read with electra_jax, which asks jax for its platform: on the CPU, so that jax takes no GPU memory.
+os.environ['JAX_PLATFORMS'] = 'cpu'
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from electra_jax import config as config_lib
+
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Model config.')
+_BATCH = flags.DEFINE_integer('batch', 32, 'Global batch size.')
+_LENGTH = flags.DEFINE_integer('length', 0, 'Sequence length (0: the config\'s data.max_seq_length).')
+_VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 3 warm-up steps).')
+_COMPILE = flags.DEFINE_bool('compile', False, 'torch.compile the two models.')
+CLS, SEP, MASK = 2, 3, 4  # bench/step_throughput.py's batch
+
+
+def time_torch(c, batch_size: int, length: int, steps: int, compile_models: bool = False) -> dict:
+  """Seconds per step and peak GPU memory of the PyTorch step for TrainConfig `c`."""
+  import torch  # noqa: PLC0415  (imported only here: the JAX side of the bench never needs it)
+  import transformers  # noqa: PLC0415
+  dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+  m = c.model
+  gen, disc = m.tower(True), m.tower(False)
+  common = dict(vocab_size=m.vocab_size, embedding_size=m.embedding_size, max_position_embeddings=
+                m.max_position_embeddings, type_vocab_size=m.type_vocab_size, hidden_act='gelu',
+                hidden_dropout_prob=m.dropout_rate, attention_probs_dropout_prob=m.attention_dropout_rate,
+                attn_implementation='sdpa')
+  generator = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+      hidden_size=gen.hidden_size, num_hidden_layers=gen.num_layers, num_attention_heads=gen.num_heads,
+      intermediate_size=gen.intermediate_size, **common)).to(dev)
+  discriminator = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      hidden_size=disc.hidden_size, num_hidden_layers=disc.num_layers, num_attention_heads=disc.num_heads,
+      intermediate_size=disc.intermediate_size, **common)).to(dev)
+  discriminator.electra.embeddings = generator.electra.embeddings  # shared embeddings, as in ELECTRA
+  params = list({id(p): p for p in list(generator.parameters()) + list(discriminator.parameters())}.values())
+  o = c.optimizer
+  optimizer = torch.optim.AdamW(params, lr=o.learning_rate, weight_decay=o.weight_decay, eps=o.eps,
+                                betas=(o.b1, o.b2), fused=dev == 'cuda')
+  g = torch.Generator().manual_seed(0)
+  ids = torch.randint(5, m.vocab_size, (batch_size, length), generator=g)
+  ids[:, 0], ids[:, length // 2], ids[:, -1] = CLS, SEP, SEP
+  segments = torch.zeros_like(ids)
+  segments[:, length // 2 + 1:] = 1
+  mask = torch.ones_like(ids)
+  ids, segments, mask = ids.to(dev), segments.to(dev), mask.to(dev)
+  num_predictions = c.objective.num_predictions(length)
+  gen_f, disc_f = (torch.compile(generator), torch.compile(discriminator)) if compile_models else (generator,
+                                                                                                    discriminator)
+
+  def step():
+    with torch.autocast(dev, dtype=torch.bfloat16, enabled=dev == 'cuda'):
+      scores = torch.rand(ids.shape, device=dev).masked_fill((ids == CLS) | (ids == SEP), -1.0)
+      positions = scores.topk(num_predictions, dim=1).indices
+      masked = ids.scatter(1, positions, MASK)
+      logits = gen_f(input_ids=masked, attention_mask=mask, token_type_ids=segments).logits
+      selected = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+      targets = ids.gather(1, positions)
+      gen_loss = torch.nn.functional.cross_entropy(selected.flatten(0, 1), targets.flatten())
+      with torch.no_grad():
+        gumbel = -torch.log(-torch.log(torch.rand_like(selected).clamp_min(1e-9)))
+        samples = (selected / c.objective.temperature + gumbel).argmax(-1)
+      corrupted = ids.scatter(1, positions, samples)
+      labels = (corrupted != ids).float()
+      disc_logits = disc_f(input_ids=corrupted, attention_mask=mask, token_type_ids=segments).logits.float()
+      disc_loss = torch.nn.functional.binary_cross_entropy_with_logits(disc_logits, labels)
+      loss = c.objective.gen_weight * gen_loss + c.objective.disc_weight * disc_loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, o.clip_norm)
+    optimizer.step()
+    return loss
+
+  sync = torch.cuda.synchronize if dev == 'cuda' else (lambda: None)
+  start = time.perf_counter()
+  for _ in range(3):
+    step()
+  sync()
+  warm = time.perf_counter() - start
+  start = time.perf_counter()
+  for _ in range(steps):
+    loss = step()
+  sync()
+  seconds = (time.perf_counter() - start) / steps
+  return {'seconds': seconds, 'warm_up': warm, 'device': torch.cuda.get_device_name() if dev == 'cuda' else 'cpu',
+          'peak_gib': torch.cuda.max_memory_allocated() / 2**30 if dev == 'cuda' else 0.0,
+          'loss': float(loss.detach()),
+          'versions': f'torch {torch.__version__}, transformers {transformers.__version__}'}
+
+
+def main(argv):
+  del argv
+  cfg = _CONFIG.value
+  cfg.batch_size = _BATCH.value
+  if _LENGTH.value:
+    cfg.data.max_seq_length = _LENGTH.value
+  c = config_lib.load(cfg, vocab_size=_VOCAB.value)
+  length = c.data.max_seq_length
+  r = time_torch(c, c.batch_size, length, _STEPS.value, _COMPILE.value)
+  print(f'torch{"+compile" if _COMPILE.value else ""}: step {r["seconds"] * 1e3:.1f} ms, '
+        f'{c.batch_size * length / r["seconds"]:,.0f} tokens/s on {r["device"]}, peak {r["peak_gib"]:.2f} GiB, '
+        f'warm-up {r["warm_up"]:.1f} s, loss {r["loss"]:.3f}, {r["versions"]}', flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)

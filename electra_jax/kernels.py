@@ -1,0 +1,298 @@
+"""What a compiled step launches, grouped by the part of the step it comes from: read from XLA's compiled HLO text
+(`compiled.as_text()`, e.g. compiled for a GPU on any machine by `python -m electra_jax.aot`) or from a profiler
+trace of steps run on a GPU (`bench/step_throughput.py --profile=N`).
+
+Every instruction of the compiled program carries the jax operation it came from (`op_name`), and the step names its
+parts with `jax.named_scope` ('masking', 'sampling', 'optimizer'); the model's operations carry the Flax module path
+(`generator/encoder/layer_3/...`), and its dropout draws the name of a `Dropout` module; the rest of the step is its
+loss and metrics. `group` maps an op_name onto GROUPS. A kernel is what the GPU launches: a fusion, a library call
+(cuBLAS, cuDNN, a Triton kernel: `custom-call`), or one of the few instructions XLA runs unfused (sort, scatter,
+copy, a collective); instructions inside a `while` loop launch once per iteration.
+"""
+
+import collections
+import dataclasses
+import re
+
+GROUPS = ('masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer', 'other')
+
+# Instructions that launch no kernel of their own (views, tuples, constants, control flow around other kernels).
+_FREE = {'parameter', 'get-tuple-element', 'tuple', 'bitcast', 'constant', 'after-all', 'partition-id',
+         'replica-id', 'opt-barrier', 'add-dependency', 'call', 'while', 'conditional', 'domain',
+         'copy-done', 'all-reduce-done', 'all-gather-done', 'collective-permute-done', 'send-done', 'recv-done',
+         'async-done', 'async-update'}
+_HOST = {'infeed', 'outfeed', 'send', 'recv', 'host-compute'}
+
+
+def group(op_name: str) -> str:
+  """The part of the step (one of GROUPS) that the jax operation `op_name` belongs to."""
+  if 'optimizer' in op_name:
+    return 'optimizer'
+  if 'sampling' in op_name:
+    return 'sampling'
+  if 'masking' in op_name:
+    return 'masking'
+  if re.search(r'/Dropout_\d+/', op_name):
+    return 'dropout'
+  if re.search(r'Electra\.|/(generator|discriminator|embeddings)[/.]', op_name):
+    return 'model'
+  if op_name.startswith('jit('):
+    return 'loss'  # the rest of the step: the loss and metrics, and what glues the parts together
+  return 'other'
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+  name: str  # the HLO instruction's name, e.g. 'loop_add_fusion.3' (what a GPU trace calls it, as `hlo_op`)
+  opcode: str  # 'fusion', 'custom-call', 'sort', ...
+  kind: str  # what it launches: 'fusion', 'cublas', 'cudnn', 'triton', 'custom-call', 'sort', ..., '' for none
+  op_name: str  # the jax operation it came from
+  count: int  # launches per step (the trip counts of the loops around it multiplied)
+
+
+def _kind(opcode: str, line: str) -> str:
+  if opcode == 'fusion':
+    return 'triton' if '__triton' in line else 'fusion'
+  if opcode == 'custom-call':
+    target = re.search(r'custom_call_target="([^"]+)"', line)
+    target = target.group(1) if target else ''
+    if 'cublas' in target or 'gemm' in target.lower():
+      return 'cublas'
+    if 'cudnn' in target:
+      return 'cudnn'
+    if 'triton' in target:
+      return 'triton'
+    return f'custom-call {target}'
+  if opcode in _FREE:
+    return ''
+  return opcode.removesuffix('-start')
+
+
+def parse(hlo: str) -> list[Instruction]:
+  """The kernel-launching instructions of a compiled HLO module, with their launches per step.
+
+  Walks from ENTRY through the computations it calls (while bodies and conditions, called computations such as
+  command buffers, conditional branches), not into fusions (a fusion is one kernel)."""
+  computations, entry = {}, None
+  current = None
+  for line in hlo.splitlines():
+    header = re.match(r'^(ENTRY )?%?([\w.\-]+) \(.*\{\s*$', line)
+    if header:
+      current = header.group(2)
+      computations[current] = []
+      if header.group(1):
+        entry = current
+    elif current is not None and line.startswith('  ') and ' = ' in line:
+      computations[current].append(line)
+  out = []
+
+  def walk(name: str, times: int, seen: tuple):
+    if name not in computations or name in seen:
+      return
+    for line in computations[name]:
+      m = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][\w\-]*)\(', line)
+      if not m:
+        continue
+      inst, opcode = m.group(1), m.group(2)
+      op_name = re.search(r'op_name="([^"]*)"', line)
+      op_name = op_name.group(1) if op_name else ''
+      if opcode == 'while':
+        trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+        n = int(trips.group(1)) if trips else 1
+        out.append(Instruction(inst, 'while', 'while', op_name, times))
+        for key in ('body', 'condition'):
+          called = re.search(rf'{key}=%?([\w.\-]+)', line)
+          if called:
+            walk(called.group(1), times * n, seen + (name,))
+        continue
+      if opcode in ('call', 'conditional', 'async-start'):
+        for called in re.findall(r'(?:to_apply|calls|branch_computations=\{|true_computation|false_computation)'
+                                 r'=?%?([\w.\-]+)', line):
+          walk(called, times, seen + (name,))
+      kind = _kind(opcode, line)
+      if opcode in _HOST or 'S(5)' in line.split(' = ')[1].split('(')[0]:
+        kind = f'host transfer ({opcode})'
+      if kind:
+        out.append(Instruction(inst, opcode, kind, op_name, times))
+
+  walk(entry, 1, ())
+  return out
+
+
+def counts(instructions: list[Instruction]) -> dict[str, collections.Counter]:
+  """{group: Counter(kind: launches per step)}."""
+  table = collections.defaultdict(collections.Counter)
+  for i in instructions:
+    table[group(i.op_name)][i.kind] += i.count
+  return table
+
+
+def format_counts(instructions: list[Instruction]) -> str:
+  """A table of launches per step: one row per group, one column per kind of kernel, and the loops."""
+  table = counts(instructions)
+  kinds = sorted({k for row in table.values() for k in row},
+                 key=lambda k: (k not in ('fusion', 'cublas', 'cudnn', 'triton'), k))
+  lines = [f'{"group":10s} {"total":>6s}  ' + '  '.join(f'{k:>8s}' for k in kinds)]
+  for g in GROUPS:
+    if g in table:
+      row = table[g]
+      lines.append(f'{g:10s} {sum(v for k, v in row.items() if k != "while"):6d}  '
+                   + '  '.join(f'{row.get(k, 0):8d}' for k in kinds))
+  total = collections.Counter()
+  for row in table.values():
+    total.update(row)
+  lines.append(f'{"all":10s} {sum(v for k, v in total.items() if k != "while"):6d}  '
+               + '  '.join(f'{total.get(k, 0):8d}' for k in kinds))
+  return '\n'.join(lines)
+
+
+def summary(instructions: list[Instruction]) -> str:
+  """One line: launches per step by kind and by part of the step, the loops and host transfers."""
+  kinds, groups = collections.Counter(), collections.Counter()
+  for i in instructions:
+    if i.kind != 'while':
+      kinds[i.kind] += i.count
+      groups[group(i.op_name)] += i.count
+  loops = sum(1 for i in instructions if i.kind == 'while')
+  host = sum(v for k, v in kinds.items() if k.startswith('host transfer'))
+  return (f'{sum(kinds.values())} kernel launches per step ({", ".join(f"{k} {v}" for k, v in kinds.most_common())})'
+          f'; by part: {", ".join(f"{g} {v}" for g, v in groups.most_common())}; {loops} while loops, {host} host '
+          'transfers')
+
+
+def where(hlo: str) -> dict[str, str]:
+  """{instruction name: the jax op_name it came from} for every instruction of a compiled HLO text."""
+  out = {}
+  for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', hlo, re.MULTILINE):
+    out.setdefault(m.group(1), m.group(2))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Timed:
+  """One XLA operation's time in a trace, per step."""
+  name: str  # the HLO instruction (a GPU kernel's `hlo_op`) or, failing that, the kernel's name
+  group: str
+  ms: float
+  launches: float
+
+
+_SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
+_DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
+
+
+def _stats(event) -> dict:
+  try:
+    return {name: value for name, value in event.stats}
+  except Exception:  # pylint: disable=broad-except  (a stat whose value this jax cannot decode)
+    return {}
+
+
+def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
+  """The operations of a jax.profiler trace (`xplane`: its .xplane.pb) of `steps` steps of the program whose
+  compiled HLO text is `hlo`, with their time and launches per step, costliest first.
+
+  On a GPU: every kernel on the device's streams, named by the HLO instruction it ran for (`hlo_op`). On a CPU:
+  the operations XLA:CPU's threads ran (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them).
+  """
+  import jax  # noqa: PLC0415  (the rest of this module reads text only)
+  origin = where(hlo)
+  ms, launches = collections.Counter(), collections.Counter()
+  for plane in jax.profiler.ProfileData.from_file(xplane).planes:
+    gpu = plane.name.startswith('/device:GPU')
+    for line in plane.lines:
+      if gpu and line.name.startswith(_DERIVED):  # these repeat the streams' kernels
+        continue
+      if not gpu and not line.name.startswith('tf_XLA'):  # XLA:CPU's thread pools; not the Python thread
+        continue
+      for event in line.events:
+        if not gpu and event.name.startswith(_SKIP):
+          continue
+        name = str(_stats(event).get('hlo_op', '') or event.name) if gpu else event.name
+        if name not in origin:  # a kernel named after its fusion: loop_add_fusion_3 for loop_add_fusion.3
+          name = re.sub(r'_(\d+)$', r'.\1', name) if re.sub(r'_(\d+)$', r'.\1', name) in origin else name
+        ms[name] += event.duration_ns / 1e6 / steps
+        launches[name] += 1 / steps
+  return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]
+
+
+def format_timed(ops: list[Timed], hlo: str, top: int = 15) -> str:
+  """Time per step by group, then the costliest operations with the jax operation each came from."""
+  origin = where(hlo)
+  by_group, count = collections.Counter(), collections.Counter()
+  for op in ops:
+    by_group[op.group] += op.ms
+    count[op.group] += op.launches
+  total = sum(by_group.values())
+  lines = [f'time per step by part of the step (kernels summed; {total:.2f} ms in all):',
+           f'  {"group":10s} {"ms":>8s} {"share":>6s} {"launches":>9s}']
+  for g, t in by_group.most_common():
+    lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {count[g]:9.0f}')
+  lines.append(f'costliest {top} operations, ms per step:')
+  for op in ops[:top]:
+    lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {origin.get(op.name, "")[-80:]}')
+  return '\n'.join(lines)
+
+
+_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4,
+          'f64': 8, 's64': 8, 'u64': 8}
+
+
+def _shape_bytes(text: str) -> tuple[int, list[tuple[str, list[int]]]]:
+  """(bytes, [(dtype, dims)]) of every array type in `text`, e.g. '(f32[4,2]{1,0}, bf16[3])'."""
+  arrays = [(t, [int(d) for d in dims.split(',') if d]) for t, dims in re.findall(r'\b([a-z]+\d*)\[([\d,]*)\]', text)
+            if t in _BYTES]
+  total = 0
+  for t, dims in arrays:
+    n = 1
+    for d in dims:
+      n *= d
+    total += n * _BYTES[t]
+  return total, arrays
+
+
+def roofline(hlo: str, instructions: list[Instruction], bandwidth: float, peak_flops: float) -> dict[str, float]:
+  """{instruction: seconds} that each kernel needs at least: the bytes it reads and writes at the memory's
+  `bandwidth`, or its matmul FLOPs at `peak_flops`, whichever is more (a lower bound, not a prediction)."""
+  shapes = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) [a-z][\w\-]*\(', hlo,
+                                                         re.MULTILINE)}
+  lines = {m.group(1): m.group(0) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*$', hlo, re.MULTILINE)}
+  bodies = {}
+  for m in re.finditer(r'^%?([\w.\-]+) \((.*)\) -> .*\{\n((?:.*\n)*?)\}', hlo, re.MULTILINE):
+    bodies[m.group(1)] = (m.group(2), m.group(3))
+  out = {}
+  for i in instructions:
+    line = lines.get(i.name, '')
+    args = re.search(r' [a-z][\w\-]*\((.*?)\)(?:, |$)', line)
+    operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
+    moved = _shape_bytes(shapes.get(i.name, ''))[0] + sum(_shape_bytes(shapes.get(o, ''))[0] for o in operands)
+    flops = 0.0
+    called = re.search(r'calls=%?([\w.\-]+)', line)
+    if called and called.group(1) in bodies and ' dot(' in bodies[called.group(1)][1]:
+      flops = _dot_flops(bodies[called.group(1)][1])
+    elif i.kind == 'cublas' or i.opcode == 'dot':
+      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {shapes.get(o, "")} x()' for o in operands))
+    out[i.name] = max(moved / bandwidth, flops / peak_flops)
+  return out
+
+
+def _dot_flops(body: str) -> float:
+  """2 x output elements x contracted size, summed over the dots of a fused computation's text."""
+  shapes = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (\S+?)(?:\{[\d,]*\})? ',
+                                                         body, re.MULTILINE)}
+  params = {m.group(1): m.group(2) for m in re.finditer(r'([\w.\-]+): ([a-z]+\d*\[[\d,]*\])', body)}
+  shapes.update(params)
+  total = 0.0
+  for m in re.finditer(r'= (\S+) dot\(%?([\w.\-]+), .*?lhs_contracting_dims=\{([\d,]*)\}', body):
+    out = _shape_bytes(m.group(1))[1]
+    lhs = _shape_bytes(shapes.get(m.group(2), ''))[1]
+    if not out or not lhs:
+      continue
+    n = 1
+    for d in out[0][1]:
+      n *= d
+    k = 1
+    for axis in (int(a) for a in m.group(3).split(',') if a):
+      k *= lhs[0][1][axis]
+    total += 2.0 * n * k
+  return total

@@ -1,0 +1,87 @@
+"""The GPU path that can be checked without a GPU: the device line every run prints, the warning when an NVIDIA GPU
+is visible but JAX runs on the CPU, the GPU quickstart's config, and the GPU check's stages in --tiny mode."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import small
+from electra_jax import config as config_lib, report, sharding
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import Pretraining
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_nvidia_gpu_visible_by_the_driver_or_nvidia_smi(tmp_path, monkeypatch):
+  monkeypatch.setenv('PATH', str(tmp_path))  # no nvidia-smi
+  assert not report.nvidia_gpu_visible(str(tmp_path / 'no_driver'))
+  (tmp_path / 'driver').mkdir()
+  assert report.nvidia_gpu_visible(str(tmp_path / 'driver'))
+  smi = tmp_path / 'nvidia-smi'
+  smi.write_text('#!/bin/sh\n')
+  smi.chmod(0o755)
+  assert report.nvidia_gpu_visible(str(tmp_path / 'no_driver'))
+
+
+def test_device_line_names_platform_count_and_kind(monkeypatch):
+  monkeypatch.setattr(report, 'nvidia_gpu_visible', lambda: False)
+  line = report.devices_line()
+  assert line == (f'devices: {jax.device_count()} x cpu (cpu), 1 process, jax {jax.__version__}')
+
+
+def test_a_visible_gpu_unused_by_jax_is_a_one_line_warning(monkeypatch):
+  monkeypatch.setattr(report, 'nvidia_gpu_visible', lambda: True)
+  lines = report.devices_line().splitlines()
+  assert len(lines) == 2 and lines[1].startswith('warning: an NVIDIA GPU is visible but JAX runs on the CPU')
+  assert f'pip install "jax[cuda12]=={jax.__version__}"' in lines[1]
+
+
+def test_gpu_quickstart_is_small_with_a_vocabulary_the_builtin_corpus_supports():
+  c = config_lib.load(small.get_config('quickstart'), vocab_size=8000)
+  paper = config_lib.load(small.get_config(), vocab_size=30522)
+  assert c.model.num_layers == paper.model.num_layers == 12 and c.model.hidden_size == 256
+  assert c.batch_size == 128 and c.data.max_seq_length == 128
+  assert c.data.vocab_size == 8000 < 11295 and c.data.source == ''  # the built-in corpus's limit (11295 pieces)
+  assert c.model.dropout_rate == paper.model.dropout_rate == 0.1
+
+
+@pytest.mark.slow  # compiles and trains tiny models in subprocesses (about a minute on 2 idle cores)
+def test_gpu_check_tiny_runs_every_stage(tmp_path):
+  out = tmp_path / 'check'
+  done = subprocess.run([sys.executable, 'bench/gpu_check.py', str(out), '--tiny', '--budget=3000'], cwd=REPO,
+                        capture_output=True, text=True, timeout=3600, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
+  assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'base', 'lever: prng=rbg',
+                                        'lever: sampling=gumbel']
+  assert all(r['status'] == 'ok' for r in rows), rows
+  small_row = rows[1]
+  assert small_row['tokens_per_second'] > 0 and small_row['torch_step_seconds'] > 0
+  assert 'profile: ' in small_row['result'] and 'model ' in small_row['result']
+  assert rows[2]['checkpoint'] and rows[3]['first_step_seconds'] > 0
+  table = (out / 'table.md').read_text()
+  assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(
+      table.rstrip().splitlines()[-1])
+
+
+def test_the_initialiser_on_the_host_gives_the_devices_state(monkeypatch):
+  """ELECTRA_JAX_INIT=host (the GPU default for states of up to 8 GiB) computes the state on the CPU and lays it
+  over the devices: the same values in the same shardings as the jitted initialiser (both on a CPU here)."""
+  c = config_lib.load({'batch_size': 8, 'data': {'max_seq_length': 16}, 'mesh': {'shape': (-1, 2, 1)},
+                       'model': {'vocab_size': 50, 'embedding_size': 16, 'hidden_size': 16, 'num_layers': 1,
+                                 'num_heads': 1, 'intermediate_size': 32, 'max_position_embeddings': 16}})
+  run = Pretraining(c, SpecialIds(pad=0, cls=2, sep=3, mask=4), sharding.make_mesh(c.mesh))
+  assert not run._init.on_host()  # pylint: disable=protected-access  (auto: the device on a CPU)
+  on_device = run.init_state(jax.random.PRNGKey(3))
+  monkeypatch.setenv('ELECTRA_JAX_INIT', 'host')
+  run._init._on_host = None  # pylint: disable=protected-access
+  on_host = run.init_state(jax.random.PRNGKey(3))
+  for a, b in zip(jax.tree.leaves(on_device), jax.tree.leaves(on_host)):
+    assert a.sharding == b.sharding and a.dtype == b.dtype
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

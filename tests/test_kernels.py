@@ -1,0 +1,82 @@
+"""electra_jax.kernels: which part of the step an operation belongs to, and the kernels of a compiled program."""
+
+
+import pytest
+
+from electra_jax import config as config_lib, kernels, sharding
+from electra_jax.masking import SpecialIds
+from electra_jax.train_step import Pretraining
+
+
+@pytest.mark.parametrize('op_name, expected', [
+    ('jit(train_step)/jvp(vmap())/masking/vmap(jit(_threefry_split))/mask_tokens/add', 'masking'),
+    ('jit(train_step)/sampling/vmap()/cumsum', 'sampling'),
+    ('jit(train_step)/optimizer/add', 'optimizer'),
+    ('jit(train_step)/jvp(Electra.discriminator_logits)/discriminator/encoder/layer_2/output/Dropout_0/shift_left',
+     'dropout'),
+    ('jit(train_step)/transpose(jvp(Electra.generator_logits))/Electra._generator_hidden/generator/encoder/layer_1/'
+     'output/dense/dot_general', 'model'),
+    ('jit(train_step)/reduce_sum', 'loss'),
+    ('', 'other'),
+])
+def test_group(op_name, expected):
+  assert kernels.group(op_name) == expected
+
+
+HLO = """HloModule jit_train_step, entry_computation_layout={()->()}
+
+%fused_add (p0: f32[4]) -> f32[4] {
+  %p0 = f32[4]{0} parameter(0)
+  ROOT %add.1 = f32[4]{0} add(%p0, %p0), metadata={op_name="jit(train_step)/optimizer/add"}
+}
+
+%body (arg: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %arg = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %x = f32[4]{0} get-tuple-element(%arg), index=1
+  %loop_fusion.2 = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_add, metadata={op_name="jit(train_step)/masking/while/body/add"}
+  ROOT %t = (s32[], f32[4]{0}) tuple(%i, %loop_fusion.2)
+}
+
+%cond (arg.1: (s32[], f32[4])) -> pred[] {
+  %arg.1 = (s32[], f32[4]{0}) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (a: f32[4], b: f32[4,4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %b = f32[4,4]{1,0} parameter(1)
+  %gemm.1 = (f32[4,4]{1,0}, s8[0]{0}) custom-call(%b, %b), custom_call_target="__cublas$gemm", metadata={op_name="jit(train_step)/jvp(Electra.generator_logits)/generator/encoder/layer_0/attention/self/query/dot_general"}
+  %sort.3 = f32[4]{0} sort(%a), dimensions={0}, to_apply=%cond, metadata={op_name="jit(train_step)/sampling/sort"}
+  %init = (s32[], f32[4]{0}) tuple(%a, %a)
+  %while.5 = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"128"}}, metadata={op_name="jit(train_step)/masking/while"}
+  %loop_fusion.9 = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_add, metadata={op_name="jit(train_step)/optimizer/add"}
+  ROOT %out = f32[4]{0} get-tuple-element(%while.5), index=1
+}
+"""
+
+
+def test_parse_counts_launches_per_step_through_loops():
+  found = {i.name: i for i in kernels.parse(HLO)}
+  assert set(found) == {'gemm.1', 'sort.3', 'while.5', 'loop_fusion.2', 'loop_fusion.9'}
+  assert found['gemm.1'].kind == 'cublas' and found['sort.3'].kind == 'sort'
+  assert found['loop_fusion.2'].count == 128 and found['loop_fusion.9'].count == 1  # inside the loop: per trip
+  table = kernels.counts(list(found.values()))
+  assert table['masking'] == {'fusion': 128, 'while': 1}
+  assert table['model'] == {'cublas': 1} and table['sampling'] == {'sort': 1} and table['optimizer'] == {'fusion': 1}
+  text = kernels.format_counts(list(found.values()))
+  assert text.splitlines()[-1].split()[:2] == ['all', '131']  # 128 + 1 + 1 + 1 kernels, the loop launches none
+  assert kernels.where(HLO)['sort.3'] == 'jit(train_step)/sampling/sort'
+
+
+@pytest.mark.slow  # compiles a one-layer train step (a few seconds)
+def test_the_compiled_step_names_its_parts():
+  """The train step's named scopes reach the compiled program: its kernels fall into masking, sampling, model,
+  loss and optimizer (the groups of a GPU profile), and the model's dropout into 'dropout'."""
+  c = config_lib.load({'batch_size': 8, 'data': {'max_seq_length': 16},
+                       'model': {'vocab_size': 50, 'embedding_size': 16, 'hidden_size': 16, 'num_layers': 1,
+                                 'num_heads': 1, 'intermediate_size': 32, 'max_position_embeddings': 16}})
+  run = Pretraining(c, SpecialIds(pad=0, cls=2, sep=3, mask=4), sharding.make_mesh(c.mesh))
+  table = kernels.counts(kernels.parse(run.lower().compile().as_text()))
+  assert {'masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer'} <= set(table), dict(table)
+
