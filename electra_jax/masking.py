@@ -10,9 +10,9 @@ distinct positions instead.
 
 Where a position is drawn twice, `scatter` writes the first draw's value (the generator's first sample). The
 official scatter_update writes the integer floor-mean of the token ids sampled there, an artefact of summing the
-updates: a token unrelated to either sample, which the discriminator learns to spot almost at once. That is 6-7%
-of the replaced tokens at 9 draws among 62 candidates, enough to lift the official discriminator's recall
-(docs/convert.md). `merge_duplicates` (objective.duplicate_samples='mean') reproduces it.
+updates: a token unrelated to either sample, easy for the discriminator to spot. That is 6-7% of the replaced
+tokens at 9 draws among 62 candidates, and it lifts the discriminator's recall (docs/convert.md).
+`merge_duplicates` reproduces it (objective.duplicate_samples='mean', the default; 'first' keeps the first).
 """
 
 import dataclasses
