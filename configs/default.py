@@ -78,6 +78,9 @@ def get_config():
   config.objective.random_token_prob = o.random_token_prob  # Selected positions replaced by a random token (BERT: 0.1).
   # True: positions drawn with replacement, as official ELECTRA (fewer distinct ones); False: n distinct positions.
   config.objective.mask_with_replacement = o.mask_with_replacement
+  # A position drawn twice: 'mean' writes the floor-mean of its samples' ids, as the official scatter_update does
+  # (a token unrelated to either sample, easy to detect: docs/convert.md); 'first' writes its first sample.
+  config.objective.duplicate_samples = o.duplicate_samples
   config.objective.temperature = o.temperature  # Generator sampling temperature (after any schedule below).
   # > 0: sample at this temperature at step 0, falling linearly to `temperature` over the first
   # temperature_decay_fraction of train_steps (Fast-ELECTRA's curriculum: flatter samples are easier to detect).

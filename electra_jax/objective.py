@@ -127,6 +127,18 @@ def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=
   return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)
 
 
+def sampler(keys, masked: masking.Masked, config: ObjectiveConfig, progress=1.0) -> Callable[[jax.Array], jax.Array]:
+  """gen_logits [batch, P, vocab] -> the replacements [batch, P] the batch is corrupted with: `sample_rows` with
+  row r's noise from keys[r], a position drawn more than once taking the mean of its samples' ids under
+  objective.duplicate_samples='mean' (the official scatter_update)."""
+  def sample(gen_logits):
+    samples = sample_rows(keys, gen_logits, masked.targets, config, progress)
+    if config.duplicate_samples == 'mean':
+      samples = masking.merge_duplicates(samples, masked.positions, masked.weights)
+    return samples
+  return sample
+
+
 def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
   """`sample_replacements` row by row: row r's noise comes from keys[r] alone. [batch, P, vocab] -> [batch, P]."""
   one_row = lambda key, row_logits, row_targets: sample_replacements(key, row_logits[None], row_targets[None],
@@ -154,8 +166,7 @@ def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.Sp
   """The batch's masking (drawn per row), its generator sampler (at the temperature of `progress`), and the
   (generator, discriminator) dropout keys."""
   draws, rngs = draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
-  sample = lambda gen_logits: sample_rows(draws.sample_keys, gen_logits, draws.masked.targets, config, progress)
-  return draws.masked, sample, rngs
+  return draws.masked, sampler(draws.sample_keys, draws.masked, config, progress), rngs
 
 
 class Detection(NamedTuple):

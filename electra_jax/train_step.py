@@ -124,8 +124,7 @@ def accumulate_gradients(apply_fn, params, batch, rng, *, config: ObjectiveConfi
   split = lambda x: jnp.swapaxes(x.reshape((x.shape[0] // steps, steps) + x.shape[1:]), 0, 1)
 
   def sums(p, micro_batch, micro_draws):
-    sample = lambda logits: objective.sample_rows(micro_draws.sample_keys, logits, micro_draws.masked.targets,
-                                                  config, progress)
+    sample = objective.sampler(micro_draws.sample_keys, micro_draws.masked, config, progress)
     return sums_fn(apply_fn, p, micro_batch, micro_draws.masked, sample, config=config, rngs=rngs,
                    rows=micro_draws.rows, progress=progress)
 

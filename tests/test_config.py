@@ -156,6 +156,7 @@ SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminat
     ({'objective__temperature': 0.0}, 'temperature must be positive'),
     ({'objective__initial_temperature': -1.0}, 'temperature must be positive'),
     ({'objective__disc_weight_warmup_fraction': -0.1}, 'disc_weight_warmup_fraction must be in'),
+    ({'objective__duplicate_samples': 'last'}, 'duplicate_samples must be one of first, mean'),
 ])
 def test_variant_errors(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -169,6 +170,7 @@ def test_variant_errors(overrides, message):
     {'objective__two_stage_generator_steps': 100, 'model__tying': 'none', **SAME_SIZE},
     {'objective__two_stage_generator_steps': 100, **SAME_SIZE},
     {'model__tying': 'all', **SAME_SIZE},
+    {'objective__duplicate_samples': 'mean'},
     {'objective__initial_temperature': 3.0, 'objective__temperature_decay_fraction': 0.5,
      'objective__disc_weight_warmup_fraction': 0.25},
 ])

@@ -245,3 +245,15 @@ def test_scatter_first_listing_wins():
   values = np.array([[20, 21, 22, 23]], np.int32)
   out = np.asarray(masking.scatter(jax.numpy.asarray(ids), positions, values))
   np.testing.assert_array_equal(out, [[10, 21, 20, 13]])
+
+
+def test_merge_duplicates_writes_the_floor_mean():
+  # Row 0: position 3 drawn by slots 0 and 1 (slot 3 also lists it, but with weight 0: a padding slot takes no
+  # part) -> floor((10 + 21) / 2) = 15 in both slots; position 5 drawn once keeps 7; the padding slot keeps 30.
+  # Row 1: position 1 drawn three times -> floor((5 + 6 + 8) / 3) = 6, as the official integer scatter_update.
+  values = np.array([[10, 21, 7, 30], [5, 6, 8, 9]], np.int32)
+  positions = np.array([[3, 3, 5, 3], [1, 1, 1, 0]], np.int32)
+  weights = np.array([[1, 1, 1, 0], [1, 1, 1, 0]], np.float32)
+  out = np.asarray(masking.merge_duplicates(values, positions, weights))
+  np.testing.assert_array_equal(out, [[15, 15, 7, 30], [6, 6, 6, 9]])
+  assert out.dtype == np.int32

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import objective
+from electra_jax import masking, objective
 from electra_jax.config import ModelConfig, ObjectiveConfig
 from electra_jax.model import Electra
 from helpers import SPECIAL, STUB_VOCAB as V, token_batch as _batch  # pylint: disable=g-bad-import-order
@@ -253,3 +253,31 @@ def test_discriminator_loss_sends_no_gradient_into_the_generator():
       name = jax.tree_util.keystr(path)
       if "'key'" not in name or "'bias'" not in name:
         assert np.any(np.asarray(g) != 0), name
+
+
+@pytest.mark.parametrize('duplicates, sampled, expected, label', [
+    ('first', (9, 14), 9, 1.0),  # the first draw's sample
+    ('mean', (9, 14), 11, 1.0),  # floor((9 + 14) / 2): neither sample, as the official scatter_update writes
+    ('first', (6, 5), 6, 1.0),
+    ('mean', (6, 5), 5, 0.0),  # floor((6 + 5) / 2) = 5 is the original token: labelled real
+])
+def test_a_twice_drawn_position_is_corrupted_by_objective_duplicate_samples(duplicates, sampled, expected, label):
+  # [CLS] 5 6 [SEP] with position 1 (token 5) drawn by both slots. The generator stub puts all the mass of slot k
+  # on sampled[k] (T = 1e-3: the sample is that id); the discriminator stub's logits are the corrupted ids, so
+  # they show what the batch was corrupted with.
+  vocab = 16
+  ids = jnp.array([[2, 5, 6, 3]], jnp.int32)
+  masked = masking.Masked(input_ids=jnp.array([[2, 4, 6, 3]], jnp.int32), positions=jnp.array([[1, 1]], jnp.int32),
+                          targets=jnp.array([[5, 5]], jnp.int32), weights=jnp.ones((1, 2), jnp.float32))
+  gen_logits = 10.0 * jax.nn.one_hot(jnp.array([sampled]), vocab)
+
+  def apply_fn(params, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method, rngs):
+    del params, segment_ids, input_mask, positions, deterministic, rngs
+    return gen_logits if method == 'generator_logits' else input_ids.astype(jnp.float32)
+
+  config = ObjectiveConfig(temperature=1e-3, duplicate_samples=duplicates)
+  sample = objective.sampler(jax.random.split(jax.random.PRNGKey(0), 1), masked, config)
+  batch = {'input_ids': ids, 'segment_ids': jnp.zeros_like(ids), 'input_mask': jnp.ones_like(ids)}
+  _, detection = objective.replaced_token_detection(apply_fn, {}, batch, masked, sample, deterministic=True)
+  np.testing.assert_array_equal(detection.disc_logits, [[2, expected, 6, 3]])
+  np.testing.assert_array_equal(detection.labels, [[0, label, 0, 0]])
