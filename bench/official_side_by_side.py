@@ -25,11 +25,9 @@ steps, 1000 steps, samples at temperature 2, 64 tokens. Prints a markdown table;
 WORKDIR/side_by_side.jsonl.
 """
 
-import glob
 import gzip
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import checkpoint, config as config_lib, convert, data, evaluation, objective
+from electra_jax import config as config_lib, convert, data, evaluation, objective, pretrained
 from electra_jax.model import Electra
 
 _OFFICIAL = flags.DEFINE_string('official', None, 'google-research/electra: a checkout or its bare git directory.')
@@ -106,7 +104,9 @@ def prepare_data():
   os.makedirs(path('official_data'), exist_ok=True)
   shutil.copy(path('tokenizer', 'vocab.txt'), path('official_data', 'vocab.txt'))
   shutil.rmtree(path('official'), ignore_errors=True)
-  if os.path.isdir(os.path.join(_OFFICIAL.value, '.git')) or not os.path.isdir(os.path.join(_OFFICIAL.value, 'objects')):
+  official = _OFFICIAL.value
+  bare = os.path.isdir(os.path.join(official, 'objects')) and not os.path.isdir(os.path.join(official, '.git'))
+  if not bare:
     shutil.copytree(_OFFICIAL.value, path('official'), ignore=shutil.ignore_patterns('.git'))
   else:  # a bare git directory
     os.makedirs(path('official'))
@@ -116,7 +116,8 @@ def prepare_data():
   with open(modeling) as f:
     source = f.read()
   with open(modeling, 'w') as f:
-    f.write(source.replace('from tensorflow.contrib import layers as contrib_layers', 'import tf_slim as contrib_layers'))
+    f.write(source.replace('from tensorflow.contrib import layers as contrib_layers',
+                           'import tf_slim as contrib_layers'))
   run([_TF_PYTHON.value, path('official', 'build_pretraining_dataset.py'), '--corpus-dir', path('corpus'),
        '--vocab-file', path('official_data', 'vocab.txt'), '--output-dir', path('official_data', 'pretrain_tfrecords'),
        '--max-seq-length', str(LENGTH), '--num-processes', '1'], log=path('official_build.log'))
@@ -149,7 +150,8 @@ def import_official(seed, step) -> str:
       weights = dict(weights)
     section = convert.model_section_from_tf({k: v.shape for k, v in weights.items()})
     model = config_lib.from_dict(config_lib.ModelConfig, section, where='model')
-    convert.write_workdir(out, section, convert.params_from_tf(model, weights), vocab_file=path('tokenizer', 'vocab.txt'))
+    convert.write_workdir(out, section, convert.params_from_tf(model, weights),
+                          vocab_file=path('tokenizer', 'vocab.txt'))
   return out
 
 
@@ -171,7 +173,7 @@ class Scorer:
     self.objective = config_lib.ObjectiveConfig(temperature=2.0, duplicate_samples=_EVAL_DUPLICATES.value)
 
   def __call__(self, workdir, step=None) -> dict:
-    config, params = checkpoint.load_params(workdir, step)
+    config, params = pretrained.load_params(workdir, step)
     model = Electra(config.model)
     apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
 
