@@ -322,8 +322,14 @@ def test_process_0_killed_stops_the_others_with_one_line_within_the_heartbeat_ti
   run.wait_for(lambda: newest(faulty) > start)
   run.procs[0].kill()
   killed = time.time()
-  assert run.finish(HEARTBEAT + 60) == [-signal.SIGKILL, 1], run.tails()
+  statuses = run.finish(HEARTBEAT + 60)
   assert time.time() - killed < HEARTBEAT, run.tails()
+  if statuses == [-signal.SIGKILL, -signal.SIGABRT]:
+    # jax's own agent saw the lost service before our watcher did and aborted the process (hosts.py: jax 0.10 lets
+    # no Python code replace that handler). Still within the heartbeat timeout, with jax's line saying why.
+    assert 'Terminating process because the JAX distributed service detected fatal errors' in run.output(1)
+    return
+  assert statuses == [-signal.SIGKILL, 1], run.tails()
   assert re.fullmatch(r'error: lost contact with process 0, which runs the JAX coordination service of this run '
                       r'\(.+\): it was killed or crashed, or its machine is gone\. The complete checkpoints are kept: '
                       r'run the same command on every host to resume from the newest one',
