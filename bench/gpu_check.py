@@ -40,6 +40,11 @@ STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
 LEVERS = {  # most informative first: a run out of budget measures the first ones
+    # The Small step is ~2,700 kernels doing ~10 ms of work, measured at ~110 ms on an H200 (BENCHMARKS.md): if it
+    # is launch-bound, CUDA graphs (XLA's command buffers) decide its speed, so they are measured first.
+    'command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, []),
+    'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
+                                                     'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
     'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
     'attention=cudnn, no attention dropout': ({}, ['--config.model.attention=fused',
                                                    '--config.model.attention_dropout_rate=0']),
