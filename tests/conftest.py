@@ -158,7 +158,7 @@ def pytest_collection_modifyitems(items):
   rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
   for item in items:
-    if item.get_closest_marker('faults') or item.get_closest_marker('multihost'):
+    if any(item.get_closest_marker(tier) for tier in ('faults', 'multihost', 'e2e')):
       item.add_marker(pytest.mark.slow)
 
 

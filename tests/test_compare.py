@@ -197,7 +197,7 @@ def test_gpu_preset_is_the_papers_small_at_1e16(grammar_corpus, cache_dir):
   assert [compare.steps_for_budget(1e16, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [8696, 9383]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # about a minute on 2 cores
 def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_corpus, cache_dir):
   # The GPU preset's :tiny variant through the command line, on generated text and three generated tasks named as
   # the real ones: interrupted (SIGTERM) during the electra pre-training, then the same command again finishes it

@@ -51,7 +51,7 @@ def test_gpu_quickstart_is_small_with_a_vocabulary_the_builtin_corpus_supports()
   assert c.model.dropout_rate == paper.model.dropout_rate == 0.1
 
 
-@pytest.mark.slow  # compiles and trains tiny models in subprocesses (about a minute on 2 idle cores)
+@pytest.mark.e2e  # compiles and trains tiny models in subprocesses (about two minutes on 2 cores)
 def test_gpu_check_tiny_runs_every_stage(tmp_path):
   out = tmp_path / 'check'
   done = subprocess.run([sys.executable, 'bench/gpu_check.py', str(out), '--tiny', '--budget=3000'], cwd=REPO,
