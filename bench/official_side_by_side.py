@@ -2,18 +2,21 @@
 checkpoint scored by one evaluator.
 
   python bench/official_side_by_side.py --official=OFFICIAL --tf_python=TFVENV/bin/python \
-      --corpus=CORPUS/wikipedia_sample.txt.gz,CORPUS/austen.txt.gz --workdir=WORKDIR
+      --corpus=CORPUS/wikipedia_sample.txt.gz,CORPUS/austen.txt.gz --workdir=WORKDIR [--split_sentences]
 
 OFFICIAL is a checkout of google-research/electra (or its bare git directory); it is copied to WORKDIR/official
 and its one TF1-only import (`tensorflow.contrib.layers`) is pointed at tf_slim there, nothing else changed.
 TFVENV is a virtualenv with tensorflow-cpu==2.15.1 and tf_slim (Python 3.11). The stages (--stages, in order):
 
-- data: the corpus as plain text files, a 4000-piece WordPiece vocab.txt trained by electra_jax on it (both sides
-  read it), the official tfrecords from the official build_pretraining_dataset.py (--max-seq-length 64);
+- data: the corpus as plain text files (with --split_sentences one sentence a line, a blank line still between
+  documents: the input the official builder expects; fed a paragraph a line, it keeps each line's first 62 tokens
+  only), a 4000-piece WordPiece vocab.txt trained by electra_jax on it (both sides read it), the official
+  tfrecords from the official build_pretraining_dataset.py (--max-seq-length 64);
 - official: the official run_pretraining.py, once per seed (the official code sets no seed: each run draws
   afresh), checkpoints every 100 steps;
 - ours: `python -m electra_jax.main --config=configs/tiny.py` on the same text and vocab, once per seed, with the
-  official settings where tiny.py differs (no Adam bias correction) and --ours_overrides;
+  official settings where tiny.py differs (no Adam bias correction) and --ours_overrides
+  (`data.long_lines=truncate`: the official builder's examples, also of paragraph-a-line text);
 - evaluate: each official checkpoint of --steps imported (its variables read with TFVENV's TensorFlow, converted
   by electra_jax.convert), then every checkpoint of both sides scored on the same --eval_batches batches of
   held-out examples with the same masking and sampling keys: the discriminator's recall and loss (over every
