@@ -63,7 +63,7 @@ def build(args):
   tokenizer = data.load_tokenizer(config)
   if args.runner:
     if config.long_lines != 'split':
-      raise data.DataError(f'--long_lines={config.long_lines} is not supported with --runner; build on this machine')
+      raise data.DataError(f'--long_lines={config.long_lines} is not supported on Beam; leave out --runner')
     _build_on_beam(args, config, source, tokenizer)
     return
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} ({args.processes or os.cpu_count()} '
