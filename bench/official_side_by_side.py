@@ -59,7 +59,7 @@ _OURS_OVERRIDES = flags.DEFINE_list('ours_overrides', [], "More electra_jax conf
 _EVAL_BATCHES = flags.DEFINE_integer('eval_batches', 13, 'Held-out batches of 32 (13: the 418 examples of the 3% '
                                      'split of wikipedia_sample and austen).')
 _SPLIT_SENTENCES = flags.DEFINE_bool('split_sentences', False, 'data stage: write the corpus one sentence a line '
-                                      '(split_sentences), the input the official builder expects, for both sides.')
+                                      '(see split_sentences), the input the official builder expects, for both sides.')
 _EVAL_DUPLICATES = flags.DEFINE_enum('eval_duplicates', 'mean', config_lib.DUPLICATE_SAMPLES,
                                      "The evaluator's objective.duplicate_samples: 'mean' scores as the official "
                                      'code corrupts, for both sides.')
