@@ -2,18 +2,21 @@
 checkpoint scored by one evaluator.
 
   python bench/official_side_by_side.py --official=OFFICIAL --tf_python=TFVENV/bin/python \
-      --corpus=CORPUS/wikipedia_sample.txt.gz,CORPUS/austen.txt.gz --workdir=WORKDIR
+      --corpus=CORPUS/wikipedia_sample.txt.gz,CORPUS/austen.txt.gz --workdir=WORKDIR [--split_sentences]
 
 OFFICIAL is a checkout of google-research/electra (or its bare git directory); it is copied to WORKDIR/official
 and its one TF1-only import (`tensorflow.contrib.layers`) is pointed at tf_slim there, nothing else changed.
 TFVENV is a virtualenv with tensorflow-cpu==2.15.1 and tf_slim (Python 3.11). The stages (--stages, in order):
 
-- data: the corpus as plain text files, a 4000-piece WordPiece vocab.txt trained by electra_jax on it (both sides
-  read it), the official tfrecords from the official build_pretraining_dataset.py (--max-seq-length 64);
+- data: the corpus as plain text files (with --split_sentences one sentence a line, a blank line still between
+  documents: the input the official builder expects; fed a paragraph a line, it keeps each line's first 62 tokens
+  only), a 4000-piece WordPiece vocab.txt trained by electra_jax on it (both sides read it), the official
+  tfrecords from the official build_pretraining_dataset.py (--max-seq-length 64);
 - official: the official run_pretraining.py, once per seed (the official code sets no seed: each run draws
   afresh), checkpoints every 100 steps;
 - ours: `python -m electra_jax.main --config=configs/tiny.py` on the same text and vocab, once per seed, with the
-  official settings where tiny.py differs (no Adam bias correction) and --ours_overrides;
+  official settings where tiny.py differs (no Adam bias correction) and --ours_overrides
+  (`data.long_lines=truncate`: the official builder's examples, also of paragraph-a-line text);
 - evaluate: each official checkpoint of --steps imported (its variables read with TFVENV's TensorFlow, converted
   by electra_jax.convert), then every checkpoint of both sides scored on the same --eval_batches batches of
   held-out examples with the same masking and sampling keys: the discriminator's recall and loss (over every
@@ -28,6 +31,7 @@ WORKDIR/side_by_side.jsonl.
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +58,8 @@ _OURS_OVERRIDES = flags.DEFINE_list('ours_overrides', [], "More electra_jax conf
                                     "'--config.'), e.g. objective.duplicate_samples=first")
 _EVAL_BATCHES = flags.DEFINE_integer('eval_batches', 13, 'Held-out batches of 32 (13: the 418 examples of the 3% '
                                      'split of wikipedia_sample and austen).')
+_SPLIT_SENTENCES = flags.DEFINE_bool('split_sentences', False, 'data stage: write the corpus one sentence a line '
+                                      '(see split_sentences), the input the official builder expects, for both sides.')
 _EVAL_DUPLICATES = flags.DEFINE_enum('eval_duplicates', 'mean', config_lib.DUPLICATE_SAMPLES,
                                      "The evaluator's objective.duplicate_samples: 'mean' scores as the official "
                                      'code corrupts, for both sides.')
@@ -77,6 +83,28 @@ np.savez(sys.argv[2], **{n: reader.get_tensor(n) for n in names})
 """.replace('import sys', 'import re, sys')
 
 
+# A sentence ends at . ! or ? (then any closing quotes or brackets) before whitespace and a capital letter or digit
+# (after any opening quote or bracket), unless the word before the stop is an abbreviation or a single letter.
+SENTENCE_END = re.compile(r'(?<=[.!?])["\')\]\u2019\u201d]*\s+(?=["\'(\[\u2018\u201c]*[A-Z0-9])')
+ABBREVIATIONS = frozenset('mr mrs ms dr st jr sr prof gen col capt lt sgt rev hon gov sen rep no vs etc cf al e.g '
+                          'i.e u.s u.k mt ft co corp inc ltd jan feb mar apr jun jul aug sep sept oct nov dec'.split())
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """A paragraph -> its sentences, by the rule of SENTENCE_END (rule-based, English; good enough for a builder that
+  only needs lines of sentence length)."""
+  sentences, start = [], 0
+  for end in SENTENCE_END.finditer(paragraph):
+    words = paragraph[start:end.start()].split()
+    last = words[-1].rstrip('.!?"\')]\u2019\u201d').lstrip('("\'').lower() if words else ''
+    if len(last) <= 1 or last in ABBREVIATIONS:
+      continue
+    sentences.append(paragraph[start:end.start()].strip())
+    start = end.end()
+  sentences.append(paragraph[start:].strip())
+  return [s for s in sentences if s]
+
+
 def path(*parts):
   return os.path.join(_WORKDIR.value, *parts)
 
@@ -97,6 +125,9 @@ def prepare_data():
     name = os.path.basename(source).removesuffix('.gz')
     with (gzip.open if source.endswith('.gz') else open)(source, 'rt', encoding='utf-8') as f:
       text = f.read()
+    if _SPLIT_SENTENCES.value:  # a blank line (between documents) stays one blank line
+      text = ''.join('\n'.join(split_sentences(line)) + '\n' if line.strip() else '\n'
+                     for line in text.splitlines())
     with open(path('corpus', name), 'w', encoding='utf-8') as f:
       f.write(text)
   run([sys.executable, '-m', 'electra_jax.data', 'tokenizer', '--source', path('corpus'), '--type', 'wordpiece',

@@ -118,6 +118,10 @@ def get_config():
   config.data.vocab_size = dd.vocab_size  # Size of a tokenizer trained here.
   config.data.lowercase = dd.lowercase  # Lower-case text before tokenizing (uncased model).
   config.data.max_seq_length = dd.max_seq_length  # Tokens per example, [CLS]/[SEP] included.
+  # A text line longer than an example (one paragraph a line; the official builder expects one sentence a line):
+  # 'split' keeps all its tokens, over several examples; 'truncate' keeps its first max_seq_length - 2 tokens in
+  # one example and drops the rest, as google-research/electra's build_pretraining_dataset.py does.
+  config.data.long_lines = dd.long_lines
   config.data.text_field = dd.text_field  # tfds sources: the feature holding a document's text.
   config.data.tfds_split = dd.tfds_split  # tfds sources: the split to read (tfds slicing syntax works).
   # tfds sources: tfds data_dir; '': ~/tensorflow_datasets or $TFDS_DATA_DIR.

@@ -306,6 +306,7 @@ class OptimizerConfig(AdamConfig):
 
 # data.tokenizer_type: the tokenizers `electra_jax.data.tokenizer` trains.
 TOKENIZER_TYPES = ('unigram', 'bpe', 'wordpiece')
+LONG_LINES = ('split', 'truncate')  # data.long_lines: see electra_jax.data.packing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,6 +318,7 @@ class DataConfig:
   vocab_size: int = 8000
   lowercase: bool = True
   max_seq_length: int = 128
+  long_lines: str = 'split'  # LONG_LINES
   text_field: str = 'text'
   tfds_split: str = 'train'
   tfds_data_dir: str = ''
@@ -328,6 +330,8 @@ class DataConfig:
     if self.tokenizer_type not in TOKENIZER_TYPES:
       raise DataError(f'data.tokenizer_type must be one of {", ".join(TOKENIZER_TYPES)}, '
                       f'got {self.tokenizer_type!r}')
+    if self.long_lines not in LONG_LINES:
+      raise DataError(f'data.long_lines must be one of {", ".join(LONG_LINES)}, got {self.long_lines!r}')
     if not 0 <= self.eval_fraction < 1:
       raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
     if self.eval_fraction and self.eval_source:

@@ -123,3 +123,28 @@ def test_cli_help_shows_the_defaults(capsys):
   assert '(default: 8000)' in out and '(default: unigram)' in out and '(default: train)' in out
   assert 'packing processes; 0: one per CPU core (default: 0)' in ' '.join(out.split())
   assert '(default: None)' not in out and '(default: False)' not in out
+
+
+def test_long_lines(corpus_dir, tokenizer, tmp_path, cache_dir):
+  """One paragraph on one line, L=32: 'split' packs all its n tokens (ceil(n / 29) examples of up to L - 3),
+  'truncate' one example of its first 30 (L - 2), and neither reuses the other's cached or built examples."""
+  del cache_dir
+  document = next(iter(data.open_source(data.DataConfig(source=corpus_dir)).documents()))
+  (tmp_path / 'text').mkdir()
+  (tmp_path / 'text' / 'paragraph.txt').write_text(' '.join(document * 3) + '\n', encoding='utf-8')
+  n = len(tokenizer.encode([' '.join(document * 3)])[0])
+  assert n > 3 * 29
+  text = data.DataConfig(source=str(tmp_path / 'text'), max_seq_length=32)
+  assert len(data.load_examples(text, tokenizer)) == -(-n // 29)
+  truncated = data.load_examples(data.DataConfig(source=text.source, max_seq_length=32, long_lines='truncate'),
+                                 tokenizer)
+  ids = truncated.read(np.arange(len(truncated)))[0]
+  special = tokenizer.special
+  assert len(ids) == 1 and int(np.isin(ids, [special.pad, special.cls, special.sep], invert=True).sum()) == 30
+  source = data.open_source(text)
+  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1, long_lines='truncate')
+  assert metadata['long_lines'] == 'truncate' and metadata['num_examples'] == 1
+  with pytest.raises(DataError, match='built with long_lines=truncate, but data.long_lines=split'):
+    data.load_examples(data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32), tokenizer)
+  with pytest.raises(DataError, match="data.long_lines must be one of split, truncate, got 'cut'"):
+    data.DataConfig(long_lines='cut')

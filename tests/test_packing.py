@@ -133,6 +133,33 @@ def test_an_over_long_line_loses_no_token():
   assert [int(((ids != SPECIAL.pad) & (ids > SPECIAL.mask)).sum()) for ids in input_ids] == [125, 125, 60]
 
 
+@pytest.mark.parametrize('long_lines, kept', [
+    # A 100-token line at L=64: one example of its first 62 tokens (L - 2), the rest dropped, as officially...
+    ('truncate', [list(range(1000, 1062))]),
+    # ... or every token: the first 61 (L - 3) close one example, the other 39 end the document in the next.
+    ('split', [list(range(1000, 1061)), list(range(1061, 1100))]),
+])
+def test_long_lines(long_lines, kept):
+  input_ids, _ = packing.pack_documents([[list(range(1000, 1100))]], SPECIAL, 64, seed=0, long_lines=long_lines)
+  assert [[int(t) for t in ids if t > SPECIAL.mask] for ids in input_ids] == kept
+
+
+def test_long_lines_truncate_matches_the_official_builder():
+  """Paragraph-long lines (up to 3 examples long): 'truncate' packs exactly as the official builder."""
+  max_length = 64
+  documents = _documents(2, 200, max_sentence=3 * max_length)
+  input_ids, segment_ids = packing.pack_documents(documents, SPECIAL, max_length, seed=7, long_lines='truncate')
+  official = OfficialExampleBuilder(max_length, random.Random(7))
+  expected = [e for document in documents for line in document + [[]] if (e := official.add_line(line))]
+  np.testing.assert_array_equal(input_ids, [e[0] for e in expected])
+  np.testing.assert_array_equal(segment_ids, [e[1] for e in expected])
+
+
+def test_long_lines_must_be_known():
+  with pytest.raises(ValueError, match='long_lines must be one of split, truncate'):
+    packing.ExampleBuilder(SPECIAL, 64, random.Random(0), long_lines='cut')
+
+
 def _check_nothing_lost_but_the_official_cut(documents, max_length, seed):
   """Packs `documents` (sentences of distinct token ids > the specials) and checks, for every document:
   every example respects the layout and length; no token is duplicated or comes from elsewhere; every token of

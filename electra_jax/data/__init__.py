@@ -126,6 +126,10 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
     if metadata['tokenizer']['fingerprint'] != tokenizer.fingerprint:
       raise DataError(f'{config.source} was built with another tokenizer than {tokenizer.model_file} '
                       f'(lowercase={tokenizer.lowercase}); leave data.tokenizer empty to use the one saved with it')
+    if metadata.get('long_lines', 'split') != config.long_lines:
+      raise DataError(f'{config.source} was built with long_lines={metadata.get("long_lines", "split")}, but '
+                      f'data.long_lines={config.long_lines}; set it to match, or rebuild the data with `python -m '
+                      f'electra_jax.data build --long_lines={config.long_lines}`')
     if metadata['max_seq_length'] != config.max_seq_length:
       raise DataError(f'{config.source} holds examples of max_seq_length={metadata["max_seq_length"]}, but '
                       f'data.max_seq_length={config.max_seq_length}; add --config.data.max_seq_length='
@@ -136,7 +140,8 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
   if split:
     source = split_lib.DocumentSplit(source, config.eval_fraction, split)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
-                     build_lib.CHUNK_CHARS)
+                     build_lib.CHUNK_CHARS, *([config.long_lines] if config.long_lines != 'split' else []))
+  # (long_lines='split', the default, is left out of the key: caches packed before the option stay valid.)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
   if os.path.exists(path):
     with np.load(path) as cached:
@@ -146,7 +151,7 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
                     done='packed'):
     try:
       examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
-                                          progress=report.is_chief())
+                                          long_lines=config.long_lines, progress=report.is_chief())
     except corpus.EmptyTextError:
       if split != 'eval':
         raise

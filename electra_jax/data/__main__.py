@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from electra_jax import cli, data, fileio
+from electra_jax.config import LONG_LINES
 from electra_jax.data import build as build_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -30,7 +31,8 @@ def _config(args) -> data.DataConfig:
   return data.DataConfig(
       source=args.source, tokenizer=getattr(args, 'tokenizer', ''), tokenizer_type=args.type,
       vocab_size=args.vocab_size, lowercase=not args.cased, max_seq_length=max_seq_length,
-      text_field=args.text_field, tfds_split=args.tfds_split, tfds_data_dir=args.tfds_data_dir)
+      long_lines=getattr(args, 'long_lines', 'split'), text_field=args.text_field, tfds_split=args.tfds_split,
+      tfds_data_dir=args.tfds_data_dir)
 
 
 def _log(message: str):
@@ -60,6 +62,8 @@ def build(args):
   source = data.open_source(config)
   tokenizer = data.load_tokenizer(config)
   if args.runner:
+    if config.long_lines != 'split':
+      raise data.DataError(f'--long_lines={config.long_lines} is not supported on Beam; leave out --runner')
     _build_on_beam(args, config, source, tokenizer)
     return
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} ({args.processes or os.cpu_count()} '
@@ -72,7 +76,8 @@ def build(args):
       _log(f'  {counts["documents"]} documents -> {counts["examples"]} examples')
 
   metadata = build_lib.build(source, tokenizer, args.output, max_length=config.max_seq_length, seed=args.seed,
-                             processes=args.processes, overwrite=args.overwrite, progress=progress)
+                             processes=args.processes, overwrite=args.overwrite, long_lines=config.long_lines,
+                             progress=progress)
   print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
         f'in {metadata["build_seconds"]} s')
   _print_statistics(metadata['statistics'])
@@ -175,6 +180,9 @@ def parse_args(argv):
     command.add_argument('--max_seq_length', type=int, default=None,
                          help="tokens per example; default: a built --source's, else 128")
     command.add_argument('--seed', type=int, default=0, help='packing seed (inspect: also picks the examples)')
+    command.add_argument('--long_lines', choices=LONG_LINES, default='split',
+                         help="a line longer than an example: 'split' keeps all its tokens, 'truncate' keeps its "
+                         'first max_seq_length - 2 (as the official builder)')
     if name == 'build':
       command.add_argument('--output', required=True, help='directory to write')
       command.add_argument('--processes', type=int, default=0, help='packing processes; 0: one per CPU core')

@@ -63,15 +63,16 @@ def source_chunks(source, chunk_chars: int = CHUNK_CHARS) -> Iterator[list[list[
   return (chunk for path in files for chunk in chunk_documents(corpus.read_documents([path]), chunk_chars))
 
 
-def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], *, index: int, seed: int,
-               max_length: int) -> PackedChunk:
+def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], *, index: int, seed: int, max_length: int,
+               long_lines: str = 'split') -> PackedChunk:
   """Tokenizes (one batched call) and packs chunk number `index`."""
   ids = tokenizer.encode([line for document in documents for line in document])
   tokenized, start = [], 0
   for document in documents:
     tokenized.append(ids[start:start + len(document)])
     start += len(document)
-  input_ids, segment_ids = packing.pack_documents(tokenized, tokenizer.special, max_length, seed=f'{seed}:{index}')
+  input_ids, segment_ids = packing.pack_documents(tokenized, tokenizer.special, max_length, seed=f'{seed}:{index}',
+                                                  long_lines=long_lines)
   return PackedChunk(input_ids, segment_ids, len(documents), sum(len(sentence) for sentence in ids))
 
 
@@ -85,23 +86,24 @@ def _init_worker(tokenizer: Tokenizer):
 
 
 def _pack_in_worker(args) -> PackedChunk:
-  index, documents, seed, max_length = args
-  return pack_chunk(_worker_tokenizer, documents, index=index, seed=seed, max_length=max_length)
+  index, documents, seed, max_length, long_lines = args
+  return pack_chunk(_worker_tokenizer, documents, index=index, seed=seed, max_length=max_length,
+                    long_lines=long_lines)
 
 
 def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
-                chunk_chars: int = CHUNK_CHARS) -> Iterator[PackedChunk]:
+                chunk_chars: int = CHUNK_CHARS, long_lines: str = 'split') -> Iterator[PackedChunk]:
   """Packed chunks of `source` (a corpus.TextFiles or TfdsText) in order, packed by `processes` processes.
 
   This process reads the text; with processes > 1, worker processes tokenize and pack, a bounded number of chunks
   ahead so memory stays flat on any corpus size.
   """
-  tasks = ((i, chunk, seed, max_length) for i, chunk in enumerate(source_chunks(source, chunk_chars)))
+  tasks = ((i, chunk, seed, max_length, long_lines) for i, chunk in enumerate(source_chunks(source, chunk_chars)))
   first = list(itertools.islice(tasks, 2))
   tasks = itertools.chain(first, tasks)
   if processes <= 1 or len(first) < 2:  # one chunk: not worth starting processes
-    for index, chunk, _, _ in tasks:
-      yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length)
+    for index, chunk, *_ in tasks:
+      yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length, long_lines=long_lines)
     return
   # Each worker tokenizes single-threaded: the processes are the parallelism.
   worker_tokenizer = type(tokenizer)(tokenizer.model_file, tokenizer.lowercase, 1)
@@ -118,14 +120,15 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
 
 
 def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
-                   chunk_chars: int = CHUNK_CHARS, progress: bool = False) -> examples_lib.InMemoryExamples:
+                   chunk_chars: int = CHUNK_CHARS, long_lines: str = 'split',
+                   progress: bool = False) -> examples_lib.InMemoryExamples:
   """All examples of `source` in memory (the streaming path for small corpora); `progress` shows a bar of the
   chunks, documents and examples packed so far on stderr."""
   chunks, documents, examples = [], 0, 0
   with tqdm.tqdm(desc='packing', bar_format='{desc}: {n} chunks of text [{elapsed}{postfix}]', disable=not progress,
                  mininterval=0.5 if sys.stderr.isatty() else 30.0) as bar:
     for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
-                             chunk_chars=chunk_chars):
+                             chunk_chars=chunk_chars, long_lines=long_lines):
       documents, examples = documents + chunk.documents, examples + len(chunk.input_ids)
       bar.set_postfix(documents=documents, examples=examples, refresh=False)
       bar.update(1)
@@ -199,7 +202,7 @@ def check_output(output: str, overwrite: bool, remote: bool = False):
 
 def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: int = 0, processes: int = 0,
           overwrite: bool = False, chunk_chars: int = CHUNK_CHARS, shard_bytes: int = SHARD_BYTES,
-          progress=None) -> dict:
+          long_lines: str = 'split', progress=None) -> dict:
   """Packs `source` into ArrayRecord shards under `output` (see examples.py); returns the metadata written.
 
   The shards are written to a temporary directory beside `output`, renamed into place only when complete.
@@ -222,7 +225,7 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
                                       shard_examples=max(1, shard_bytes // record_bytes))
     counts = collections.Counter()
     for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
-                             chunk_chars=chunk_chars):
+                             chunk_chars=chunk_chars, long_lines=long_lines):
       writer.write(chunk.input_ids, chunk.segment_ids)
       counts.update(chunk_counts(chunk, tokenizer, max_length))
       if progress:
@@ -231,7 +234,7 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
     if not counts['examples']:
       raise corpus.no_text(source)
     metadata = manifest(source, tokenizer, max_length=max_length, seed=seed, chunk_chars=chunk_chars, shards=shards,
-                        counts=counts, started=started, processes=processes)
+                        counts=counts, started=started, processes=processes, long_lines=long_lines)
     examples_lib.write_metadata(tmp, metadata)
     examples_lib.ArrayRecordExamples(tmp)  # checks that every shard reads back with its count
     if os.path.exists(output):

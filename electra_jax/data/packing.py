@@ -8,10 +8,11 @@ there (the official rule: only a full example loses tokens, and only from the en
 [CLS] A [SEP] B [SEP] with segment ids 0/1, padded with [PAD]. With p=0.05 the next example's target is uniform in
 [5, max_length]. The random draws happen in the official order, from `rng`.
 
-One deviation: a sentence longer than max_length - 3 tokens (a paragraph on one line) loses none of its tokens.
-The official builder would cut it to one example; here its first piece fills the current example to exactly
-max_length - 3 tokens and closes it, further pieces fill whole examples, and the rest joins the next example as a
-sentence. Sentences that fit an example are packed exactly as the official builder packs them.
+Over-long lines (`long_lines`): the official builder expects one sentence a line. A line longer than
+max_length - 3 tokens (a paragraph on one line) becomes, there, one example cut to max_length - 2 tokens; the rest of
+the line is dropped ('truncate'). By default ('split') it loses none of its tokens instead: its first piece fills the
+current example to exactly max_length - 3 tokens and closes it, further pieces fill whole examples, and the rest
+joins the next example as a sentence. Lines that fit an example are packed the same way under both.
 """
 
 import random
@@ -19,15 +20,19 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from electra_jax.config import LONG_LINES
 from electra_jax.masking import SpecialIds
 
 
 class ExampleBuilder:
   """Turns sentences (lists of token ids) into fixed-length examples; `rng` makes it deterministic."""
 
-  def __init__(self, special: SpecialIds, max_length: int, rng: random.Random):
+  def __init__(self, special: SpecialIds, max_length: int, rng: random.Random, long_lines: str = 'split'):
     if max_length < 8:
       raise ValueError(f'max_length must be at least 8, got {max_length}')
+    if long_lines not in LONG_LINES:
+      raise ValueError(f'long_lines must be one of {", ".join(LONG_LINES)}, got {long_lines!r}')
+    self.long_lines = long_lines
     self.special = special
     self.max_length = max_length
     self.rng = rng
@@ -39,7 +44,7 @@ class ExampleBuilder:
     """Adds one sentence; yields the examples that became full."""
     room = self.max_length - 3  # what an example holds without cutting anything (one B segment: L - 3)
     start = 0
-    while len(ids) - start > room - self.length and len(ids) > room:
+    while self.long_lines == 'split' and len(ids) - start > room - self.length and len(ids) > room:
       # An over-long sentence: fill the current example exactly, close it, go on with the rest.
       take = room - self.length
       if take > 0:
@@ -86,9 +91,9 @@ class ExampleBuilder:
 
 
 def pack_documents(documents: Iterable[list[list[int]]], special: SpecialIds, max_length: int,
-                   seed: int | str = 0) -> tuple[np.ndarray, np.ndarray]:
+                   seed: int | str = 0, long_lines: str = 'split') -> tuple[np.ndarray, np.ndarray]:
   """Packs tokenized documents into (input_ids, segment_ids), each [num_examples, max_length] int32."""
-  builder = ExampleBuilder(special, max_length, random.Random(seed))
+  builder = ExampleBuilder(special, max_length, random.Random(seed), long_lines)
   examples = []
   for document in documents:
     for sentence in document:
