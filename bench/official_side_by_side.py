@@ -73,7 +73,7 @@ OFFICIAL_HPARAMS = {
     'model_hparam_overrides': {'hidden_size': 128, 'num_hidden_layers': 4, 'num_attention_heads': 2,
                                'intermediate_size': 512, 'hidden_dropout_prob': 0.0,
                                'attention_probs_dropout_prob': 0.0}}
-OURS = ['optimizer.bias_correction=False', 'save_steps=(200,500)']
+OURS = ['optimizer.bias_correction=False']  # and save_steps: the --steps to score (main)
 # Run by --tf_python: a TF checkpoint's model variables (no Adam slots, no global_step) -> an npz.
 READ_CHECKPOINT = """
 import sys, numpy as np, tensorflow as tf
@@ -165,7 +165,7 @@ def data_flags():
 
 
 def train_ours(seed):
-  overrides = [f'--config.{o}' for o in OURS + _OURS_OVERRIDES.value]
+  overrides = [f'--config.{o}' for o in OURS + [f'save_steps=({",".join(_STEPS.value)},)'] + _OURS_OVERRIDES.value]
   run([sys.executable, '-m', 'electra_jax.main', '--config=configs/tiny.py', *data_flags(), *overrides,
        f'--config.seed={seed}', f'--workdir={path(f"ours_seed{seed}")}'], log=path(f'ours_seed{seed}.log'))
 

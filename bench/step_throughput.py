@@ -5,14 +5,14 @@ first step costs (the train step's compile, the initialiser's compile and run).
 
 Any config key can be set as in training (`--config.model.attention=cudnn`); the levers of the GPU check that
 are not config keys are environment variables read when jax starts (JAX_DEFAULT_PRNG_IMPL=rbg,
-JAX_THREEFRY_GPU_KERNEL_LOWERING=true, XLA_FLAGS), see bench/gpu_check.sh.
+JAX_THREEFRY_GPU_KERNEL_LOWERING=true, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
 model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
 on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
-The last line, `RESULT {...}`, holds the numbers as JSON (bench/gpu_check.sh reads it).
+The last line, `RESULT {...}`, holds the numbers as JSON (bench/gpu_check.py reads it).
 Peak FLOP/s: --peak_tflops, or a table of known accelerators; on CPU it is measured with a large matmul.
 """
 

@@ -36,7 +36,7 @@ def get_config(preset=''):
                       intermediate_size=1024, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 5e-4
   config.objective.mask_prob = 0.15
-  # GPU preset (configs/gpu.py): the whole batch of 128 x 128 takes 3.2 GiB of one H100, so it never accumulates.
   if preset == 'quickstart':
     return quickstart(config)
+  # GPU preset (configs/gpu.py): the whole batch of 128 x 128 takes 3.2 GiB of one H100, so it never accumulates.
   return gpu.apply(config, preset, max_rows=128)

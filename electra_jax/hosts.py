@@ -73,8 +73,10 @@ class Watch:
     if exc is not None and not _is_user_error(exc) and not _coordinator_reachable():
       exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
-      distributed.global_state.client.key_value_set(f'{_KEY}{jax.process_index()}', '')
+      client, key = distributed.global_state.client, f'{_KEY}{jax.process_index()}'
+      client.key_value_set(key, '')
       self.thread.join()
+      client.key_value_delete(key)  # a later Watch in this process (the next fine-tuning seed) waits afresh
       _current = None
     # With an error, the watcher stays: cli.run's exit_with tells the others, or their line ends this process.
 

@@ -209,8 +209,8 @@ def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
         if not gpu and event.name.startswith(_SKIP):
           continue
         name = str(_stats(event).get('hlo_op', '') or event.name) if gpu else event.name
-        if name not in origin:  # a kernel named after its fusion: loop_add_fusion_3 for loop_add_fusion.3
-          name = re.sub(r'_(\d+)$', r'.\1', name) if re.sub(r'_(\d+)$', r'.\1', name) in origin else name
+        dotted = re.sub(r'_(\d+)$', r'.\1', name)  # a kernel named after its fusion: loop_add_fusion_3
+        name = dotted if name not in origin and dotted in origin else name
         ms[name] += event.duration_ns / 1e6 / steps
         launches[name] += 1 / steps
   return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]

@@ -133,7 +133,7 @@ def sampler(keys, masked: masking.Masked, config: ObjectiveConfig, progress=1.0)
   objective.duplicate_samples='mean' (the official scatter_update)."""
   def sample(gen_logits):
     samples = sample_rows(keys, gen_logits, masked.targets, config, progress)
-    if config.duplicate_samples == 'mean':
+    if config.duplicate_samples == 'mean' and config.mask_with_replacement:  # else no position is drawn twice
       samples = masking.merge_duplicates(samples, masked.positions, masked.weights)
     return samples
   return sample

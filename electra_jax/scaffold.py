@@ -50,27 +50,25 @@ HOST_INIT_MAX_BYTES = 8 * 2**30
 
 
 class Initialiser:
-  """`init_boxed` unboxed, computed where ELECTRA_JAX_INIT says, into `shardings`; `device` is the jitted
-  initialiser for the accelerators (what compile-only checks lower)."""
+  """`init_boxed` unboxed, computed where ELECTRA_JAX_INIT says, into the shardings of `abstract` (the abstract
+  state `state_layout` gives); `device` is the jitted initialiser for the accelerators (what compile-only checks
+  lower)."""
 
-  def __init__(self, init_boxed: InitBoxed, shardings):
+  def __init__(self, init_boxed: InitBoxed, abstract):
     self.unboxed = lambda rng: nn.meta.unbox(init_boxed(rng))
-    self.shardings = shardings
-    self.device = jax.jit(self.unboxed, out_shardings=shardings)
+    self.shardings = jax.tree.map(lambda x: x.sharding, abstract)
+    self.state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract))
+    self.device = jax.jit(self.unboxed, out_shardings=self.shardings)
     self.host = jax.jit(self.unboxed)  # run where its input is: on the CPU
-    self._on_host = None
 
   def on_host(self) -> bool:
-    """Whether to compute the state on the host (ELECTRA_JAX_INIT, decided once)."""
-    if self._on_host is None:
-      where = os.environ.get('ELECTRA_JAX_INIT', 'auto')
-      if where not in ('auto', 'host', 'device'):
-        raise ValueError(f'ELECTRA_JAX_INIT={where!r}: expected auto, host or device')
-      self._on_host = where == 'host'
-      if where == 'auto' and jax.default_backend() == 'gpu' and _has_cpu():
-        state = jax.eval_shape(self.unboxed, ABSTRACT_KEY)
-        self._on_host = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) <= HOST_INIT_MAX_BYTES
-    return self._on_host
+    """Whether to compute the state on the host (ELECTRA_JAX_INIT)."""
+    where = os.environ.get('ELECTRA_JAX_INIT', 'auto')
+    if where not in ('auto', 'host', 'device'):
+      raise ValueError(f'ELECTRA_JAX_INIT={where!r}: expected auto, host or device')
+    if where == 'auto':
+      return jax.default_backend() == 'gpu' and _has_cpu() and self.state_bytes <= HOST_INIT_MAX_BYTES
+    return where == 'host'
 
   def __call__(self, rng):
     if not self.on_host():
@@ -102,11 +100,6 @@ def _has_cpu() -> bool:
     return bool(jax.local_devices(backend='cpu'))
   except RuntimeError:
     return False
-
-
-def init_fn(init_boxed: InitBoxed, shardings) -> Initialiser:
-  """`init_boxed` unboxed, to write the state into `shardings` (`Initialiser`)."""
-  return Initialiser(init_boxed, shardings)
 
 
 def jit_step(step: Callable, shardings, batch_sharding: jax.sharding.NamedSharding):

@@ -174,7 +174,7 @@ class Pretraining:
                              config=c.objective, special=self.special, train_steps=c.train_steps,
                              grad_accum_steps=c.grad_accum_steps)
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
-    self._init = scaffold.init_fn(self._init_boxed, self.state_shardings)
+    self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
 
   def check_batch(self):
     """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.

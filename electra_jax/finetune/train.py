@@ -99,7 +99,7 @@ class Finetuning:
                            in_shardings=(self.state_shardings.params, self.batch_sharding),
                            out_shardings=sharding.replicated(self.mesh))
     # Compiled once, for every seed.
-    self.init_fn = scaffold.init_fn(self._init_boxed, self.state_shardings)
+    self.init_fn = scaffold.Initialiser(self._init_boxed, self._abstract_state)
 
   def _init_boxed(self, rng):
     ids = jnp.zeros((1, 16), jnp.int32)
