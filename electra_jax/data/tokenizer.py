@@ -267,10 +267,11 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
     # The trainers write local files: beside a local output, else in the machine's temporary directory.
     with tempfile.TemporaryDirectory(dir=None if fileio.is_remote(output) else output) as tmp:
       lines = (line.lower() if lowercase and kind != 'wordpiece' else line for line in lines if line.strip())
+      sample = _sample(lines, max_sentences)
       if kind == 'wordpiece':
-        tokenizer = _train_wordpiece(_sample(lines, max_sentences), tmp, vocab_size=vocab_size, lowercase=lowercase)
+        tokenizer = _train_wordpiece(sample, tmp, vocab_size=vocab_size, lowercase=lowercase)
       else:
-        tokenizer = _train_sentencepiece(lines, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
+        tokenizer = _train_sentencepiece(sample, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
                                          max_sentences=max_sentences)
       tokenizer.save(output)
   except BaseException:  # a failure or a Ctrl-C: leave no half-made tokenizer directory behind
@@ -297,14 +298,12 @@ _SENTENCEPIECE_TRAINER = ('import json, sys, sentencepiece; '
                           'sentencepiece.SentencePieceTrainer.train(**json.loads(sys.argv[1]))')
 
 
-def _train_sentencepiece(lines, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
-  text, count = os.path.join(directory, 'text.txt'), 0
-  with open(text, 'w', encoding='utf-8') as f:
-    for line in lines:
-      f.write(line.replace('\n', ' ') + '\n')
-      count += 1
-  if not count:
+def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
+  if not sample:
     raise DataError(NO_TEXT)
+  text = os.path.join(directory, 'text.txt')  # the child reads the sample from a file, not the whole corpus
+  with open(text, 'w', encoding='utf-8') as f:
+    f.writelines(line.replace('\n', ' ') + '\n' for line in sample)
   prefix = os.path.join(directory, 'spm')
   options = dict(
       input=text, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
