@@ -79,6 +79,7 @@ class Checkpointer:
       if _background_errors:
         raise _background_errors.pop()
       time.sleep(0.02)
+    _background_errors.clear()  # none is this write's now (orbax raises its own below); none stays for the next
     self.manager.wait_until_finished()
     step, self._unrecorded = self._unrecorded, None
     directory = self.directory / str(step)
@@ -183,13 +184,13 @@ class Checkpointer:
     try:
       self.wait()
     finally:
-      if self._failed and jax.process_count() > 1:
-        pass  # orbax's threads may wait for the other processes until its timeout: the process exits without them
-      elif self._failed:  # orbax would raise the failed write's error again
+      if not self._failed:
+        self.manager.close()
+      elif jax.process_count() == 1:  # orbax would raise the failed write's error again
         with contextlib.suppress(Exception):
           self.manager.close()
-      else:
-        self.manager.close()
+      # (After a failed write with several processes, orbax's threads may wait for the others until its timeout:
+      # the process exits without them.)
 
 
 class _Manager(ocp.CheckpointManager):

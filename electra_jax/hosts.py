@@ -28,7 +28,6 @@ import jax
 import tqdm
 from jax._src import distributed  # jax.distributed's client: the coordination service's key-value store
 
-from electra_jax import errors
 
 _KEY = 'electra_jax/stop/'  # + process index: what stopped the run ('' when this process ends normally)
 _EXITED = 'electra_jax/exited/'  # + process index: set by each process before it exits (process 0 waits for them)
@@ -70,7 +69,7 @@ class Watch:
     global _current  # pylint: disable=global-statement
     if not self.active:
       return
-    if exc is not None and not _is_user_error(exc) and not _coordinator_reachable():
+    if exc is not None and not _coordinator_reachable():
       exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
       client, key = distributed.global_state.client, f'{_KEY}{jax.process_index()}'
@@ -129,6 +128,3 @@ def _coordinator_reachable() -> bool:
     return str(e).startswith('NOT_FOUND')
   return True
 
-
-def _is_user_error(error: BaseException) -> bool:
-  return isinstance(error, errors.USER_ERRORS + (OSError,))

@@ -103,7 +103,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '
                              'run the same command again to resume.')
           break
-    checkpointer.wait()
+      checkpointer.wait()  # within the hosts' watch: the last write failing on one host ends every host at once
     log.writer.close()
   except OSError as e:  # metrics.jsonl or the TensorBoard events: the checkpoints are written apart from them
     raise TrainingError(f'step {step}: {fileio.describe(e)}. The checkpoints are not affected; the same command '
