@@ -75,7 +75,7 @@ def read_metrics(path: str) -> list[dict]:
 
 def choose_metrics(runs: dict[str, list[dict]], wanted: list[str] | None = None) -> list[str]:
   """The metrics to plot: `wanted` (each must be logged by some run), else DEFAULT_METRICS that some run logged,
-  else every numeric key."""
+  else every numeric key but the held-out eval_M of a logged M (drawn dashed in M's panel)."""
   logged = {k for records in runs.values() for r in records for k, v in r.items()
             if k not in NOT_METRICS and isinstance(v, (int, float))}
   if wanted:
@@ -95,7 +95,8 @@ def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', colum
   for ax, metric in zip(axes, metrics):
     for label, records in runs.items():
       points = _points(records, x, metric)
-      held_out = [] if metric.startswith(HELD_OUT) else _points(records, x, HELD_OUT + metric)
+      own_panel = metric.startswith(HELD_OUT) or HELD_OUT + metric in metrics  # eval_M drawn once only
+      held_out = [] if own_panel else _points(records, x, HELD_OUT + metric)
       color = None
       if points:
         color = ax.plot(*zip(*points), label=label, linewidth=1.2)[0].get_color()

@@ -82,6 +82,9 @@ def test_plot_draws_the_held_out_curves_dashed_beside_the_training_ones(tmp_path
   assert list(panels[2].get_lines()[0].get_ydata()) == [0.6, 0.75] and len(panels[2].get_lines()) == 1
   # Asked for by name, a held-out metric is a panel of its own.
   assert plot.choose_metrics(runs, ['eval_loss']) == ['eval_loss']
+  # Both asked for: the held-out curve is drawn in its own panel only, not dashed in loss's too.
+  both = [ax for ax in plot.plot(runs, ['loss', 'eval_loss']).axes if ax.get_visible()]
+  assert [[list(line.get_ydata()) for line in ax.get_lines()] for ax in both] == [[[9, 8, 7, 6]], [[8.5, 7.5]]]
   # A run without training metrics of the usual names (fine-tuning): eval_M still goes to M's panel.
   tuned = {'t': [{'step': 1, 'accuracy': 0.5, 'eval_accuracy': 0.4}, {'step': 2, 'accuracy': 0.7}]}
   assert plot.choose_metrics(tuned) == ['accuracy']
