@@ -14,6 +14,7 @@ without a GPU skips. The levers that are environment variables (JAX_DEFAULT_PRNG
 JAX_THREEFRY_GPU_KERNEL_LOWERING, XLA_FLAGS) apply here as on a GPU.
 """
 
+import collections
 import os
 import re
 import sys
@@ -27,7 +28,6 @@ import jax
 from ml_collections import config_flags
 
 from electra_jax import aot, gpu_targets, kernels, scaffold, sharding
-from electra_jax.scaffold import ABSTRACT_KEY
 from electra_jax.train_step import Pretraining
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Pre-training config.')
@@ -58,6 +58,15 @@ def describe(name: str, compiled, seconds: dict) -> str:
   lines = [f'{name}: trace {seconds["trace"]:.1f} s, lower {seconds["lower"]:.1f} s, XLA compile '
            f'{seconds["compile"]:.1f} s; {sum(i.count for i in found if i.kind != "while")} kernel launches per '
            f'call, {len(found)} kernels in the program', kernels.format_counts(found)]
+  gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
+  bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
+  least = kernels.roofline(hlo, found, bandwidth, gpu.peak_flops)
+  per_group = collections.Counter()
+  for i in found:
+    per_group[kernels.group(i.op_name)] += least.get(i.name, 0.0) * i.count * 1e3
+  lines.append(f'  least time per step (an ESTIMATE, a lower bound: bytes at {bandwidth / 1e12:.2f} TB/s or matmul '
+               f'FLOPs at {gpu.peak_flops / 1e12:.0f} TFLOP/s per kernel, no launch cost): '
+               f'{sum(per_group.values()):.2f} ms; ' + ', '.join(f'{g} {ms:.2f}' for g, ms in per_group.most_common()))
   loops = [i for i in found if i.kind == 'while']
   for i in loops:
     trips = re.search(rf'%?{re.escape(i.name)} = .*"known_trip_count":\{{"n":"(\d+)"', hlo)
@@ -73,11 +82,11 @@ def describe(name: str, compiled, seconds: dict) -> str:
   for label, pattern in special.items():
     hits = [i for i in found if re.search(pattern, fusions.get(i.name, '') + i.op_name)]
     if hits:
-      per_group = {}
+      launches = collections.Counter()
       for i in hits:
-        per_group[kernels.group(i.op_name)] = per_group.get(kernels.group(i.op_name), 0) + i.count
-      lines.append(f'  {label} {sum(per_group.values())} launches: ' + ', '.join(
-          f'{g} {n}' for g, n in sorted(per_group.items(), key=lambda x: -x[1])))
+        launches[kernels.group(i.op_name)] += i.count
+      lines.append(f'  {label} {sum(launches.values())} launches: ' + ', '.join(
+          f'{g} {n}' for g, n in launches.most_common()))
   return '\n'.join(lines)
 
 
@@ -123,9 +132,8 @@ def main(argv):
     dump('train_step', step)
     print(describe('train step', step, seconds), flush=True)
   if _INIT.value:
-    key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
     with scaffold.threefry_kernels():  # as Pretraining.init_state compiles it
-      init, seconds = timed_compile(run._init.device, key)  # pylint: disable=protected-access
+      init, seconds = timed_compile(run._init.device, run.abstract_key())  # pylint: disable=protected-access
     dump('init', init)
     print(describe('initialiser', init, seconds), flush=True)
 

@@ -80,3 +80,27 @@ def test_the_compiled_step_names_its_parts():
   table = kernels.counts(kernels.parse(run.lower().compile().as_text()))
   assert {'masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer'} <= set(table), dict(table)
 
+
+
+DOT_HLO = """HloModule m, entry_computation_layout={()->()}
+
+%fused_dot (p0: f32[2,3], p1: f32[3,5]) -> f32[2,5] {
+  %p0 = f32[2,3]{1,0} parameter(0)
+  %p1 = f32[3,5]{1,0} parameter(1)
+  ROOT %dot.1 = f32[2,5]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[2,3], b: f32[3,5]) -> f32[2,5] {
+  %a = f32[2,3]{1,0} parameter(0)
+  %b = f32[3,5]{1,0} parameter(1)
+  ROOT %gemm_fusion.1 = f32[2,5]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot
+}
+"""
+
+
+@pytest.mark.parametrize('bandwidth, peak_flops, seconds', [
+    (62.0, 60.0, 2.0),  # memory-bound: 124 bytes moved (a 2x3 and a 3x5 float32 read, a 2x5 written) at 62 B/s
+    (124.0, 20.0, 3.0),  # compute-bound: 2 x 10 outputs x 3 contracted = 60 FLOPs at 20 FLOP/s
+])
+def test_roofline_by_hand(bandwidth, peak_flops, seconds):
+  assert kernels.roofline(DOT_HLO, kernels.parse(DOT_HLO), bandwidth, peak_flops) == {'gemm_fusion.1': seconds}
