@@ -28,6 +28,7 @@ steps, 1000 steps, samples at temperature 2, 64 tokens. Prints a markdown table;
 WORKDIR/side_by_side.jsonl.
 """
 
+import functools
 import gzip
 import json
 import os
@@ -202,22 +203,26 @@ class Scorer:
       self.batches.append({'input_ids': jnp.asarray(ids), 'segment_ids': jnp.asarray(segments),
                            'input_mask': jnp.asarray(ids != self.special.pad, jnp.int32)})
     self.objective = config_lib.ObjectiveConfig(temperature=2.0, duplicate_samples=_EVAL_DUPLICATES.value)
+    self.sums_fn = functools.cache(self._sums_fn)
 
-  def __call__(self, workdir, step=None) -> dict:
-    config, params = pretrained.load_params(workdir, step)
-    model = Electra(config.model)
+  def _sums_fn(self, model_config):
+    """The jitted sums of one held-out batch for models of `model_config`: compiled once, for every checkpoint."""
+    model = Electra(model_config)
     apply_fn = lambda p, *args, **kwargs: model.apply({'params': p}, *args, **kwargs)
 
-    @jax.jit
     def sums(params, batch, key):
       masked, sample, rngs = objective.mask_and_sampler(key, batch, config=self.objective, special=self.special,
-                                                        vocab_size=config.model.vocab_size, progress=1.0)
+                                                        vocab_size=model_config.vocab_size, progress=1.0)
       s, detection = objective.replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs,
                                                         deterministic=True)
       s['histograms'] = jnp.stack(evaluation.logit_histograms(detection.disc_logits, detection.labels,
                                                               detection.token_weights))
       return s
+    return jax.jit(sums)
 
+  def __call__(self, workdir, step=None) -> dict:
+    config, params = pretrained.load_params(workdir, step)
+    sums = self.sums_fn(config.model)
     total = None
     for i, batch in enumerate(self.batches):
       s = sums(params, batch, jax.random.fold_in(jax.random.PRNGKey(0), i))

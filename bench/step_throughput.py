@@ -145,13 +145,13 @@ def main(argv):
   length = c.data.max_seq_length
   batch = random_batch(c.batch_size, length, c.model.vocab_size)
   step_flops = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length))
-  peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # dtype 'auto' resolved for this device
   m = c.model
   print(f'model: {m.num_layers} layers, H={m.hidden_size}, E={m.embedding_size}, vocab={m.vocab_size}, '
         f'dtype={m.dtype}, attention={m.attention}, dropout {m.dropout_rate}/{m.attention_dropout_rate} '
         f'({m.dropout_draw}), scan_layers={m.scan_layers}, remat={m.remat}; batch {c.batch_size} x {length}; '
         f'prng {jax.config.jax_default_prng_impl}', flush=True)
   r = time_jax(c, batch, t0)
+  peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # after the timing: on a CPU it times matmuls
   seconds, tokens = r['step_seconds'], c.batch_size * length
   r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
   print(f'jax:   step {seconds * 1e3:.2f} ms, {tokens / seconds:,.0f} tokens/s, '

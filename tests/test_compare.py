@@ -173,7 +173,7 @@ def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir,
     compare.run(config, workdir)
 
 
-def test_gpu_preset_is_the_papers_small_at_1e16(grammar_corpus, cache_dir):
+def test_gpu_preset_is_the_papers_small_at_1e16():
   # What the preset's docstring and docs/experiments.md state: ELECTRA-Small with the paper's objective settings
   # against BERT-Small on the same encoder, one budget of 1e16 FLOPs, held-out evaluation, checkpoints only at the
   # budgets, and its step counts.

@@ -48,7 +48,8 @@ class Run:
     self.workdir, self.logs, self.procs = str(workdir), [], []
     self.steps = []  # (time, metrics.jsonl lines) each time `finish` saw the count change
     if any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {}):
-      env = dict(env, PYTHONPATH=os.path.join(REPO, 'tests', 'hooks'))
+      hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
+      env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
     port = free_port()
     command = [sys.executable, '-m', 'electra_jax.main', f'--config={CONFIG_FILE}', f'--workdir={workdir}',
                f'--config.data.source={corpus}', f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1',
