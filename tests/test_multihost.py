@@ -83,3 +83,25 @@ def test_a_bad_timeout_is_a_clear_error(monkeypatch, name):
   monkeypatch.setenv(name, '1m')
   with pytest.raises(sharding.ConfigError, match=f'{name}=1m must be a whole number of seconds'):
     sharding.initialize_distributed()
+
+
+# Two runs in one process, as fine-tuning does for each seed: each enters the hosts' watch and leaves it normally.
+TWO_WATCHES = """
+from electra_jax import hosts, sharding
+sharding.initialize_distributed()
+for run in range(2):
+  with hosts.Watch():
+    pass
+print('two watches ended normally')
+"""
+
+
+def test_a_second_watch_in_one_process_ends_normally():
+  port = free_port()
+  procs = [subprocess.Popen(
+      [sys.executable, '-c', TWO_WATCHES], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      env=dict(os.environ, JAX_PLATFORMS='cpu', JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',
+               JAX_PROCESS_ID=str(i))) for i in range(2)]
+  outputs = [proc.communicate(timeout=TIMEOUT)[0] for proc in procs]
+  assert [proc.returncode for proc in procs] == [0, 0], outputs
+  assert all('two watches ended normally' in out for out in outputs), outputs
