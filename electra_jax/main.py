@@ -8,7 +8,7 @@ r"""Pre-train an ELECTRA text encoder, fine-tune it on a task, or predict with t
 
 The configs (override any key with --config.KEY=VALUE):
   configs/tiny.py       4 layers, H=128: a CPU, minutes, on the built-in corpus (the quickstart)
-  configs/small.py      ELECTRA-Small (paper): 12 layers, H=256
+  configs/small.py      ELECTRA-Small (paper): 12 layers, H=256 (small.py:quickstart: on one GPU, built-in corpus)
   configs/base.py       ELECTRA-Base (paper): 12 layers, H=768
   configs/large.py      ELECTRA-Large (paper): 24 layers, H=1024
                         (each scale also as NAME.py:gpu for a node of 8 GPUs, NAME.py:gpu:N for N GPUs)
