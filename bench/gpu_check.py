@@ -154,10 +154,13 @@ class Check:
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
-    groups = re.findall(r'^  (masking|sampling|model|dropout|loss|optimizer|other) +([\d.]+) +([\d.]+%)', output,
-                        re.MULTILINE)
-    if groups:
-      text += '; profile: ' + ', '.join(f'{g} {ms} ms' for g, ms, _ in groups)
+    if 'profile_ms' in result:  # kernels' time summed per part of the step, against the step's time
+      busy = sum(result['profile_ms'].values())
+      text += ('; profile: ' + ', '.join(f'{g} {ms:.2f} ms' for g, ms in result['profile_ms'].items())
+               + f' (kernels {busy:.1f} ms of the {result["step_seconds"] * 1e3:.1f} ms step)')
+      if result['profile_top']:
+        top = result['profile_top'][0]
+        text += f'; costliest: {top["name"]} {top["ms"]:.2f} ms ({top["op_name"][-60:]})'
     self.row(name, status, seconds, text, result)
     return result
 

@@ -216,18 +216,24 @@ def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
   return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]
 
 
+def by_group(ops: list[Timed]) -> dict[str, tuple[float, float]]:
+  """{group: (ms, launches) per step}, costliest first."""
+  ms, launches = collections.Counter(), collections.Counter()
+  for op in ops:
+    ms[op.group] += op.ms
+    launches[op.group] += op.launches
+  return {g: (t, launches[g]) for g, t in ms.most_common()}
+
+
 def format_timed(ops: list[Timed], hlo: str, top: int = 15) -> str:
   """Time per step by group, then the costliest operations with the jax operation each came from."""
   origin = where(hlo)
-  by_group, count = collections.Counter(), collections.Counter()
-  for op in ops:
-    by_group[op.group] += op.ms
-    count[op.group] += op.launches
-  total = sum(by_group.values())
+  groups = by_group(ops)
+  total = sum(t for t, _ in groups.values())
   lines = [f'time per step by part of the step (kernels summed; {total:.2f} ms in all):',
            f'  {"group":10s} {"ms":>8s} {"share":>6s} {"launches":>9s}']
-  for g, t in by_group.most_common():
-    lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {count[g]:9.0f}')
+  for g, (t, n) in groups.items():
+    lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {n:9.0f}')
   lines.append(f'costliest {top} operations, ms per step:')
   for op in ops[:top]:
     lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {origin.get(op.name, "")[-80:]}')
