@@ -106,11 +106,11 @@ def time_jax(c, batch, t0: float) -> dict:
           for _ in range(_PROFILE.value):
             state, metrics = run.step_fn(state, device_batch, rng)
           jax.block_until_ready(metrics)
-        hlo = executable.as_text()
-        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], hlo,
+        module = kernels.read(executable.as_text())
+        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value)
-        print(kernels.format_timed(ops, hlo), flush=True)
-        origin = kernels.where(hlo)
+        print(kernels.format_timed(ops, module), flush=True)
+        origin = kernels.where(module)
         profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
                    'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
                                     'name': op.name, 'op_name': origin.get(op.name, '')} for op in ops[:15]]}
