@@ -6,7 +6,8 @@ Stages, most valuable first, each in a process of its own with its own time limi
 the budget is skipped (a second run with --stages=... takes the rest):
   versions   the GPU, driver, python and package versions, and the devices jax sees;
   small      ELECTRA-Small, batch 128 x 128: the JAX step against the PyTorch step (bench/step_throughput.py
-             --vs_torch), with a 3-step profile: the time per part of the step (electra_jax.kernels);
+             --vs_torch), with a 3-step profile: the kernels' time per part of the step against the step's time
+             (a gap is the GPU waiting for launches) and the costliest kernels (electra_jax.kernels);
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
