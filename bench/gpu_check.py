@@ -6,7 +6,8 @@ Stages, most valuable first, each in a process of its own with its own time limi
 the budget is skipped (a second run with --stages=... takes the rest):
   versions   the GPU, driver, python and package versions, and the devices jax sees;
   small      ELECTRA-Small, batch 128 x 128: the JAX step against the PyTorch step (bench/step_throughput.py
-             --vs_torch), with a 3-step profile: the time per part of the step (electra_jax.kernels);
+             --vs_torch), with a 3-step profile: the kernels' time per part of the step against the step's time
+             (a gap is the GPU waiting for launches) and the costliest kernels (electra_jax.kernels);
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
@@ -95,8 +96,10 @@ class Check:
                           **(numbers or {})}) + '\n')
     print(f'[{self.elapsed():5.0f} s] {stage}: {status} ({seconds:.0f} s) {result}', flush=True)
 
-  def command(self, name: str, argv: list[str], limit: float, env: dict | None = None) -> tuple[str, str, float]:
-    """(status, output, seconds) of argv run from the repository root, killed after `limit` seconds."""
+  def command(self, name: str, argv: list[str], limit: float, env: dict | None = None,
+              poll=None) -> tuple[str, str, float]:
+    """(status, output, seconds) of argv run from the repository root, killed after `limit` seconds; `poll()`, if
+    given, is called every 20 ms while it runs."""
     log = os.path.join(self.logs, re.sub(r'[^\w.\-]+', '_', name) + '.log')
     limit = max(1.0, min(limit, self.budget + 45 - self.elapsed()))  # the whole check ends within budget + 45 s
     start = time.monotonic()
@@ -105,12 +108,16 @@ class Check:
       f.flush()
       process = subprocess.Popen(argv, cwd=REPO, env={**self.env, **(env or {})}, stdout=f,
                                  stderr=subprocess.STDOUT, start_new_session=True)
-      try:
-        status = 'ok' if process.wait(timeout=limit) == 0 else f'FAILED (exit {process.returncode})'
-      except subprocess.TimeoutExpired:
+      while process.poll() is None and time.monotonic() - start < limit:
+        if poll:
+          poll()
+        time.sleep(0.02)
+      if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         status = f'TIMEOUT ({limit:.0f} s)'
+      else:
+        status = 'ok' if process.returncode == 0 else f'FAILED (exit {process.returncode})'
     with open(log, encoding='utf-8', errors='replace') as f:
       return status, f.read(), time.monotonic() - start
 
@@ -154,10 +161,13 @@ class Check:
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
-    groups = re.findall(r'^  (masking|sampling|model|dropout|loss|optimizer|other) +([\d.]+) +([\d.]+%)', output,
-                        re.MULTILINE)
-    if groups:
-      text += '; profile: ' + ', '.join(f'{g} {ms} ms' for g, ms, _ in groups)
+    if 'profile_ms' in result:  # kernels' time summed per part of the step, against the step's time
+      busy = sum(result['profile_ms'].values())
+      text += ('; profile: ' + ', '.join(f'{g} {ms:.2f} ms' for g, ms in result['profile_ms'].items())
+               + f' (kernels {busy:.1f} ms of the {result["step_seconds"] * 1e3:.1f} ms step)')
+      if result['profile_top']:
+        top = result['profile_top'][0]
+        text += f'; costliest: {top["name"]} {top["ms"]:.2f} ms ({top["op_name"][-60:]})'
     self.row(name, status, seconds, text, result)
     return result
 
@@ -219,28 +229,21 @@ class Check:
       return
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(last)))
     steps = last - (10 if self.tiny else 100)  # where it resumes from
-    argv = self.quickstart_argv() + ['--config.log_every=1']
-    log = os.path.join(self.logs, 'resume.log')
-    start = time.monotonic()
-    limit = max(1.0, min(180, self.budget + 45 - self.elapsed()))
-    first = None
-    with open(log, 'w', encoding='utf-8') as f:
-      process = subprocess.Popen(argv, cwd=REPO, env={**self.env, 'ELECTRA_JAX_CACHE': self.cache}, stdout=f,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-      while process.poll() is None and time.monotonic() - start < limit:
-        if first is None and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
-          first = time.monotonic() - start
-        time.sleep(0.02)
-      if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-      process.wait()
-    status = 'ok' if process.returncode == 0 and first is not None else f'FAILED (exit {process.returncode})'
-    with open(log, encoding='utf-8', errors='replace') as f:
-      stages = '; '.join(line.strip() for line in f.read().replace('\r', '\n').splitlines()
-                         if re.search(r' in [0-9.]+ s$|^resuming', line.strip()))
-    self.row('resume', status, time.monotonic() - start,
-             f'first step {first:.1f} s after launch (compile cache warm); {stages}' if first is not None else stages,
-             {'first_step_seconds': first})
+    start, first = time.monotonic(), []
+
+    def poll():
+      if not first and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
+        first.append(time.monotonic() - start)
+
+    status, output, seconds = self.command('resume', self.quickstart_argv() + ['--config.log_every=1'], 180,
+                                           {'ELECTRA_JAX_CACHE': self.cache}, poll)
+    if status == 'ok' and not first:
+      status = 'FAILED (no new step)'
+    stages = '; '.join(line.strip() for line in output.replace('\r', '\n').splitlines()
+                       if re.search(r' in [0-9.]+ s$|^resuming', line.strip()))
+    self.row('resume', status, seconds,
+             f'first step {first[0]:.1f} s after launch (compile cache warm); {stages}' if first else stages,
+             {'first_step_seconds': first[0] if first else None})
 
   def table(self) -> str:
     lines = ['| stage | status | seconds | result |', '|---|---|---|---|']

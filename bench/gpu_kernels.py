@@ -53,14 +53,14 @@ def timed_compile(jitted, *args, **kwargs):
 
 
 def describe(name: str, compiled, seconds: dict) -> str:
-  hlo = compiled.as_text()
-  found = kernels.parse(hlo)
+  module = kernels.read(compiled.as_text())
+  found = kernels.parse(module)
   lines = [f'{name}: trace {seconds["trace"]:.1f} s, lower {seconds["lower"]:.1f} s, XLA compile '
            f'{seconds["compile"]:.1f} s; {sum(i.count for i in found if i.kind != "while")} kernel launches per '
            f'call, {len(found)} kernels in the program', kernels.format_counts(found)]
   gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
   bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
-  least = kernels.roofline(hlo, found, bandwidth, gpu.peak_flops)
+  least = kernels.roofline(module, found, bandwidth, gpu.peak_flops)
   per_group = collections.Counter()
   for i in found:
     per_group[kernels.group(i.op_name)] += least.get(i.name, 0.0) * i.count * 1e3
@@ -69,8 +69,7 @@ def describe(name: str, compiled, seconds: dict) -> str:
                f'{sum(per_group.values()):.2f} ms; ' + ', '.join(f'{g} {ms:.2f}' for g, ms in per_group.most_common()))
   loops = [i for i in found if i.kind == 'while']
   for i in loops:
-    trips = re.search(rf'%?{re.escape(i.name)} = .*"known_trip_count":\{{"n":"(\d+)"', hlo)
-    lines.append(f'  while loop {i.name}: {trips.group(1) if trips else "?"} iterations, from {i.op_name[-100:]}')
+    lines.append(f'  while loop {i.name}: {i.trips} iterations, from {i.op_name[-100:]}')
   special = {
       'threefry (random bits) in': r'threefry|shift_right_logical.*xor|random_bits',
       'cumulative sum in': r'cumsum|reduce-window',
@@ -78,9 +77,8 @@ def describe(name: str, compiled, seconds: dict) -> str:
       'scatter in': r' scatter\(',
       'gather in': r' gather\(',
   }
-  fusions = _fusion_bodies(hlo)
   for label, pattern in special.items():
-    hits = [i for i in found if re.search(pattern, fusions.get(i.name, '') + i.op_name)]
+    hits = [i for i in found if re.search(pattern, module.fused(i.name) + i.op_name)]
     if hits:
       launches = collections.Counter()
       for i in hits:
@@ -88,22 +86,6 @@ def describe(name: str, compiled, seconds: dict) -> str:
       lines.append(f'  {label} {sum(launches.values())} launches: ' + ', '.join(
           f'{g} {n}' for g, n in launches.most_common()))
   return '\n'.join(lines)
-
-
-def _fusion_bodies(hlo: str) -> dict[str, str]:
-  """{fusion instruction: the text of its fused computation} (what a kernel computes)."""
-  bodies, current, text = {}, None, []
-  for line in hlo.splitlines():
-    header = re.match(r'^(?:ENTRY )?%?([\w.\-]+) \(.*\{\s*$', line)
-    if header:
-      current, text = header.group(1), []
-      bodies[current] = text
-    elif current:
-      text.append(line)
-  out = {}
-  for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*? fusion\(.*?calls=%?([\w.\-]+)', hlo, re.MULTILINE):
-    out[m.group(1)] = '\n'.join(bodies.get(m.group(2), []))
-  return out
 
 
 def main(argv):

@@ -98,6 +98,7 @@ def time_jax(c, batch, t0: float) -> dict:
     state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - start_steps) / _STEPS.value
+  profile = {}
   if _PROFILE.value:
     try:  # a profiler that cannot start (no CUPTI, say) must not cost the numbers above
       with tempfile.TemporaryDirectory() as trace:
@@ -105,20 +106,25 @@ def time_jax(c, batch, t0: float) -> dict:
           for _ in range(_PROFILE.value):
             state, metrics = run.step_fn(state, device_batch, rng)
           jax.block_until_ready(metrics)
-        hlo = executable.as_text()
-        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], hlo,
+        module = kernels.read(executable.as_text())
+        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value)
-        print(kernels.format_timed(ops, hlo), flush=True)
+        print(kernels.format_timed(ops, module), flush=True)
+        origin = kernels.where(module)
+        profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
+                   'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
+                                    'name': op.name, 'op_name': origin.get(op.name, '')} for op in ops[:15]]}
     except Exception as e:  # pylint: disable=broad-except
       print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
           'first_step_seconds': first - t0, 'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
-          'loss': float(metrics['loss'][0])}
+          'loss': float(metrics['loss'][0]), **profile}
 
 
-def time_torch(steps: int) -> str:
-  """bench/torch_step.py's line for the same config, batch and length, run in a process of its own."""
+def time_torch(steps: int) -> tuple[str, dict | None]:
+  """bench/torch_step.py's line for the same config, batch and length, run in a process of its own, and its numbers
+  (None when it failed)."""
   here = os.path.dirname(os.path.abspath(__file__))
   overrides = [a for a in sys.argv[1:] if a.startswith(('--config', '--batch', '--length', '--vocab'))]
   command = [sys.executable, os.path.join(here, 'torch_step.py'), *overrides, f'--steps={steps}']
@@ -126,15 +132,16 @@ def time_torch(steps: int) -> str:
     command.append('--compile')
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   lines = [line for line in done.stdout.splitlines() if line.startswith('torch')]
-  if done.returncode or not lines:
-    return 'torch: FAILED: ' + (done.stderr.strip().splitlines() or ['no output'])[-1][:300]
-  return lines[-1]
+  results = [json.loads(line[len('RESULT '):]) for line in done.stdout.splitlines() if line.startswith('RESULT ')]
+  if done.returncode or not lines or not results:
+    return 'torch: FAILED: ' + (done.stderr.strip().splitlines() or ['no output'])[-1][:300], None
+  return lines[-1], results[-1]
 
 
 def main(argv):
   del argv
   # The PyTorch step first, before this process starts JAX's backend: on a GPU that preallocates 75% of its memory.
-  torch_line = time_torch(_STEPS.value) if _VS_TORCH.value else ''
+  torch_line, torch_result = time_torch(_STEPS.value) if _VS_TORCH.value else ('', None)
   t0 = time.perf_counter()  # the first step's seconds count from here: the backend's start, compile, initialiser
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
@@ -160,8 +167,8 @@ def main(argv):
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
   if torch_line:
     print(torch_line, flush=True)
-    if not torch_line.startswith('torch: FAILED'):
-      r['torch_step_seconds'] = float(torch_line.split('step ')[1].split(' ms')[0]) / 1e3
+    if torch_result:
+      r['torch_step_seconds'] = torch_result['seconds']
       print(f'jax/torch speed ratio {r["torch_step_seconds"] / seconds:.2f}x (above 1: jax is faster)', flush=True)
   print('RESULT ' + json.dumps(r), flush=True)
 

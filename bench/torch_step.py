@@ -7,9 +7,11 @@ As a PyTorch user would write it: ElectraForMaskedLM + ElectraForPreTraining wit
 sizes, dropout rates, batch, masking (15%, [CLS]/[SEP] never), Gumbel sampling and loss weights, AdamW with
 global-norm clipping. On a GPU: bf16 autocast, the fused AdamW and SDPA attention. It computes the generator's
 logits at every position and keeps the selected ones, as HF's MLM head does (the JAX step projects only the
-selected positions). Prints one line `torch: step ... ms, ... tokens/s, ...`.
+selected positions). Prints one line `torch: step ... ms, ... tokens/s, ...`, then the same numbers as
+`RESULT {json}` for the programs that read them (bench/step_throughput.py).
 """
 
+import json
 import os
 import sys
 import time
@@ -117,6 +119,7 @@ def main(argv):
   print(f'torch{"+compile" if _COMPILE.value else ""}: step {r["seconds"] * 1e3:.1f} ms, '
         f'{c.batch_size * length / r["seconds"]:,.0f} tokens/s on {r["device"]}, peak {r["peak_gib"]:.2f} GiB, '
         f'warm-up {r["warm_up"]:.1f} s, loss {r["loss"]:.3f}, {r["versions"]}', flush=True)
+  print('RESULT ' + json.dumps(r), flush=True)
 
 
 if __name__ == '__main__':

@@ -48,6 +48,57 @@ class Instruction:
   kind: str  # what it launches: 'fusion', 'cublas', 'cudnn', 'triton', 'custom-call', 'sort', ..., '' for none
   op_name: str  # the jax operation it came from
   count: int  # launches per step (the trip counts of the loops around it multiplied)
+  trips: int = 1  # a while loop's iterations (its known trip count)
+
+
+_HEADER = re.compile(r'^(ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{\s*$')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) ([a-z][\w\-]*)\(')
+
+
+@dataclasses.dataclass
+class Module:
+  """A compiled HLO module's text, read once: its computations and, by name, each instruction's line."""
+  entry: str = ''
+  computations: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)  # (parameters, lines)
+  lines: dict[str, str] = dataclasses.field(default_factory=dict)  # instruction name: its line
+
+  def shape(self, name: str) -> str:
+    """The type of instruction `name`'s result, e.g. 'f32[4,2]{1,0}' or a tuple of them ('' if unknown)."""
+    m = _INSTRUCTION.match(self.lines.get(name, ''))
+    return m.group(2) if m else ''
+
+  def op_name(self, name: str) -> str:
+    """The jax operation instruction `name` came from ('' if it names none)."""
+    return _op_name(self.lines.get(name, ''))
+
+  def fused(self, name: str) -> str:
+    """The text of the computation that fusion `name` calls (what its kernel computes; '' if none)."""
+    called = re.search(r'calls=%?([\w.\-]+)', self.lines.get(name, ''))
+    params, lines = self.computations.get(called.group(1), ('', [])) if called else ('', [])
+    return params + '\n' + '\n'.join(lines) if lines else ''
+
+
+def _op_name(line: str) -> str:
+  m = re.search(r'op_name="([^"]*)"', line)
+  return m.group(1) if m else ''
+
+
+def read(hlo: str) -> Module:
+  """The computations and instructions of a compiled HLO module's text (`compiled.as_text()`)."""
+  module, current = Module(), None
+  for line in hlo.splitlines():
+    header = _HEADER.match(line)
+    if header:
+      current = header.group(2)
+      module.computations[current] = (header.group(3), [])
+      if header.group(1):
+        module.entry = current
+    elif current is not None and line.startswith('  ') and ' = ' in line:
+      module.computations[current][1].append(line)
+      m = _INSTRUCTION.match(line)
+      if m:
+        module.lines.setdefault(m.group(1), line)
+  return module
 
 
 def _kind(opcode: str, line: str) -> str:
@@ -68,38 +119,27 @@ def _kind(opcode: str, line: str) -> str:
   return opcode.removesuffix('-start')
 
 
-def parse(hlo: str) -> list[Instruction]:
+def parse(hlo: str | Module) -> list[Instruction]:
   """The kernel-launching instructions of a compiled HLO module, with their launches per step.
 
   Walks from ENTRY through the computations it calls (while bodies and conditions, called computations such as
   command buffers, conditional branches), not into fusions (a fusion is one kernel)."""
-  computations, entry = {}, None
-  current = None
-  for line in hlo.splitlines():
-    header = re.match(r'^(ENTRY )?%?([\w.\-]+) \(.*\{\s*$', line)
-    if header:
-      current = header.group(2)
-      computations[current] = []
-      if header.group(1):
-        entry = current
-    elif current is not None and line.startswith('  ') and ' = ' in line:
-      computations[current].append(line)
+  module = read(hlo) if isinstance(hlo, str) else hlo
   out = []
 
   def walk(name: str, times: int, seen: tuple):
-    if name not in computations or name in seen:
+    if name not in module.computations or name in seen:
       return
-    for line in computations[name]:
-      m = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][\w\-]*)\(', line)
+    for line in module.computations[name][1]:
+      m = _INSTRUCTION.match(line)
       if not m:
         continue
-      inst, opcode = m.group(1), m.group(2)
-      op_name = re.search(r'op_name="([^"]*)"', line)
-      op_name = op_name.group(1) if op_name else ''
+      inst, shape, opcode = m.groups()
+      op_name = _op_name(line)
       if opcode == 'while':
         trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
         n = int(trips.group(1)) if trips else 1
-        out.append(Instruction(inst, 'while', 'while', op_name, times))
+        out.append(Instruction(inst, 'while', 'while', op_name, times, n))
         for key in ('body', 'condition'):
           called = re.search(rf'{key}=%?([\w.\-]+)', line)
           if called:
@@ -110,12 +150,12 @@ def parse(hlo: str) -> list[Instruction]:
                                  r'=?%?([\w.\-]+)', line):
           walk(called, times, seen + (name,))
       kind = _kind(opcode, line)
-      if opcode in _HOST or 'S(5)' in line.split(' = ')[1].split('(')[0]:
+      if opcode in _HOST or 'S(5)' in shape:
         kind = f'host transfer ({opcode})'
       if kind:
         out.append(Instruction(inst, opcode, kind, op_name, times))
 
-  walk(entry, 1, ())
+  walk(module.entry, 1, ())
   return out
 
 
@@ -160,12 +200,10 @@ def summary(instructions: list[Instruction]) -> str:
           'transfers')
 
 
-def where(hlo: str) -> dict[str, str]:
+def where(hlo: str | Module) -> dict[str, str]:
   """{instruction name: the jax op_name it came from} for every instruction of a compiled HLO text."""
-  out = {}
-  for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', hlo, re.MULTILINE):
-    out.setdefault(m.group(1), m.group(2))
-  return out
+  module = read(hlo) if isinstance(hlo, str) else hlo
+  return {name: op for name, line in module.lines.items() if (op := _op_name(line))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +226,7 @@ def _stats(event) -> dict:
     return {}
 
 
-def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
+def timed_ops(xplane: str, hlo: str | Module, steps: int) -> list[Timed]:
   """The operations of a jax.profiler trace (`xplane`: its .xplane.pb) of `steps` steps of the program whose
   compiled HLO text is `hlo`, with their time and launches per step, costliest first.
 
@@ -216,18 +254,24 @@ def timed_ops(xplane: str, hlo: str, steps: int) -> list[Timed]:
   return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]
 
 
-def format_timed(ops: list[Timed], hlo: str, top: int = 15) -> str:
+def by_group(ops: list[Timed]) -> dict[str, tuple[float, float]]:
+  """{group: (ms, launches) per step}, costliest first."""
+  ms, launches = collections.Counter(), collections.Counter()
+  for op in ops:
+    ms[op.group] += op.ms
+    launches[op.group] += op.launches
+  return {g: (t, launches[g]) for g, t in ms.most_common()}
+
+
+def format_timed(ops: list[Timed], hlo: str | Module, top: int = 15) -> str:
   """Time per step by group, then the costliest operations with the jax operation each came from."""
   origin = where(hlo)
-  by_group, count = collections.Counter(), collections.Counter()
-  for op in ops:
-    by_group[op.group] += op.ms
-    count[op.group] += op.launches
-  total = sum(by_group.values())
+  groups = by_group(ops)
+  total = sum(t for t, _ in groups.values())
   lines = [f'time per step by part of the step (kernels summed; {total:.2f} ms in all):',
            f'  {"group":10s} {"ms":>8s} {"share":>6s} {"launches":>9s}']
-  for g, t in by_group.most_common():
-    lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {count[g]:9.0f}')
+  for g, (t, n) in groups.items():
+    lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {n:9.0f}')
   lines.append(f'costliest {top} operations, ms per step:')
   for op in ops[:top]:
     lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {origin.get(op.name, "")[-80:]}')
@@ -251,27 +295,23 @@ def _shape_bytes(text: str) -> tuple[int, list[tuple[str, list[int]]]]:
   return total, arrays
 
 
-def roofline(hlo: str, instructions: list[Instruction], bandwidth: float, peak_flops: float) -> dict[str, float]:
+def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: float,
+             peak_flops: float) -> dict[str, float]:
   """{instruction: seconds} that each kernel needs at least: the bytes it reads and writes at the memory's
   `bandwidth`, or its matmul FLOPs at `peak_flops`, whichever is more (a lower bound, not a prediction)."""
-  shapes = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) [a-z][\w\-]*\(', hlo,
-                                                         re.MULTILINE)}
-  lines = {m.group(1): m.group(0) for m in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*$', hlo, re.MULTILINE)}
-  bodies = {}
-  for m in re.finditer(r'^%?([\w.\-]+) \((.*)\) -> .*\{\n((?:.*\n)*?)\}', hlo, re.MULTILINE):
-    bodies[m.group(1)] = (m.group(2), m.group(3))
+  module = read(hlo) if isinstance(hlo, str) else hlo
   out = {}
   for i in instructions:
-    line = lines.get(i.name, '')
+    line = module.lines.get(i.name, '')
     args = re.search(r' [a-z][\w\-]*\((.*?)\)(?:, |$)', line)
     operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
-    moved = _shape_bytes(shapes.get(i.name, ''))[0] + sum(_shape_bytes(shapes.get(o, ''))[0] for o in operands)
+    moved = _shape_bytes(module.shape(i.name))[0] + sum(_shape_bytes(module.shape(o))[0] for o in operands)
     flops = 0.0
-    called = re.search(r'calls=%?([\w.\-]+)', line)
-    if called and called.group(1) in bodies and ' dot(' in bodies[called.group(1)][1]:
-      flops = _dot_flops(bodies[called.group(1)][1])
+    body = module.fused(i.name)
+    if ' dot(' in body:
+      flops = _dot_flops(body)
     elif i.kind == 'cublas' or i.opcode == 'dot':
-      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {shapes.get(o, "")} x()' for o in operands))
+      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {module.shape(o)} x()' for o in operands))
     out[i.name] = max(moved / bandwidth, flops / peak_flops)
   return out
 

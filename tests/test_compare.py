@@ -194,6 +194,15 @@ def test_gpu_preset_is_the_papers_small_at_1e16():
   assert (electra.batch_size, electra.data.max_seq_length, electra.optimizer.learning_rate) == (128, 128, 5e-4)
   assert (mlm.objective.mask_token_prob, mlm.objective.random_token_prob) == (0.8, 0.1)
   assert electra.eval_every and electra.data.eval_fraction and electra.checkpoint_every > 10**6
+  # By hand (matmul FLOPs, 3 x forward, per sequence of L=128 with P=round(0.15 x 128)=19 predictions; V=30522):
+  # a discriminator layer per token 2(4 H^2 + 2 H F) + 4 L H = 1,703,936 (H=256, F=1024), x 12 + the E->H projection
+  # 2 E H (E=128) = 20,512,768; the RTD head 2(H^2 + H) = 131,584; a generator layer (H=64, F=256) 131,072, x 12 +
+  # 2 E H = 1,589,248; its MLM head 2(H E + E V) = 7,830,016 per prediction. ELECTRA: 128 (20,512,768 + 131,584 +
+  # 1,589,248) + 19 x 7,830,016 = 2,994,671,104; MLM (the discriminator-sized tower and head, 2(256 E + E V) =
+  # 7,879,168): 128 x 20,512,768 + 19 x 7,879,168 = 2,775,338,496. Times 3 x 128 sequences: 1.14995e12 and
+  # 1.06573e12 FLOPs per step, so 1e16 FLOPs are 8696.0 and 9383.2 steps.
+  assert [objective.train_flops_per_step(c) for c in (electra, mlm)] == [3 * 128 * 2_994_671_104,
+                                                                          3 * 128 * 2_775_338_496]
   assert [compare.steps_for_budget(1e16, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [8696, 9383]
 
 

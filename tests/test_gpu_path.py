@@ -63,7 +63,7 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert all(r['status'] == 'ok' for r in rows), rows
   small_row = rows[1]
   assert small_row['tokens_per_second'] > 0 and small_row['torch_step_seconds'] > 0
-  assert 'profile: ' in small_row['result'] and 'model ' in small_row['result']
+  assert 'profile: ' in small_row['result'] and small_row['profile_ms']['model'] > 0 and small_row['profile_top']
   assert rows[2]['checkpoint'] and rows[3]['first_step_seconds'] > 0
   table = (out / 'table.md').read_text()
   assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(

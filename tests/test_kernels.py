@@ -104,3 +104,10 @@ ENTRY %main (a: f32[2,3], b: f32[3,5]) -> f32[2,5] {
 ])
 def test_roofline_by_hand(bandwidth, peak_flops, seconds):
   assert kernels.roofline(DOT_HLO, kernels.parse(DOT_HLO), bandwidth, peak_flops) == {'gemm_fusion.1': seconds}
+
+
+def test_time_by_group_sums_each_part_of_the_step_costliest_first():
+  ops = [kernels.Timed('fusion.1', 'model', 2.0, 1), kernels.Timed('gemm.2', 'model', 3.5, 2),
+         kernels.Timed('fusion.3', 'optimizer', 4.0, 100), kernels.Timed('copy.4', 'other', 0.25, 0.5)]
+  assert kernels.by_group(ops) == {'model': (5.5, 3), 'optimizer': (4.0, 100), 'other': (0.25, 0.5)}
+  assert list(kernels.by_group(ops)) == ['model', 'optimizer', 'other']
