@@ -40,6 +40,17 @@ def test_trained_tokenizer_round_trip(kind, lines, tmp_path):
   assert pickle.loads(pickle.dumps(tokenizer)).encode(sample) == ids
 
 
+@pytest.mark.parametrize('kind', ['unigram', 'bpe'])
+def test_sentencepiece_gives_one_corpus_the_same_file_on_any_machine(kind, lines, tmp_path, monkeypatch):
+  """Trained twice, as on machines with 1 and 64 cores, into other directories: the same bytes (SentencePiece's
+  pieces depend on its thread count, and its model file holds the paths it was given)."""
+  trained = []
+  for cores in (1, 64):
+    monkeypatch.setattr(os, 'cpu_count', lambda cores=cores: cores)
+    trained.append(tokenizer_lib.train(lines, str(tmp_path / f'{cores}'), vocab_size=64, kind=kind).model_bytes)
+  assert trained[0] == trained[1]
+
+
 def test_cased_tokenizer_keeps_case(lines, tmp_path):
   tokenizer = tokenizer_lib.train(lines, str(tmp_path), vocab_size=64, lowercase=False)
   assert tokenizer.decode(tokenizer.encode(['The cat.'])[0]) == 'The cat.'

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 
+import jax
 import numpy as np
 
 from electra_jax import fileio, report
@@ -69,7 +70,11 @@ def built_directory(config: DataConfig, shards: list[int] | None = None) -> str:
 
 
 def load_tokenizer(config: DataConfig) -> Tokenizer:
-  """`data.tokenizer`; else the one a built `data.source` was made with; else one trained on the source (cached)."""
+  """`data.tokenizer`; else the one a built `data.source` was made with; else one trained on the source (cached).
+
+  A tokenizer trained on the source is process 0's on every process of a multi-host run: each host's cache is its
+  own, and trainers may break ties differently run to run (WordPiece numbers its alphabet in hash order), so
+  tokenizers the hosts trained themselves could give one piece different ids."""
   if config.tokenizer:
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):
@@ -77,6 +82,12 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   source = open_source(config)
   key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
+  if jax.process_count() == 1:
+    return _cached_or_trained(config, source, directory)
+  return _from_process_0(lambda: _cached_or_trained(config, source, directory), directory)
+
+
+def _cached_or_trained(config: DataConfig, source, directory: str) -> Tokenizer:
   if os.path.exists(os.path.join(directory, tokenizer_lib.CONFIG_FILE)):  # written last: the tokenizer is complete
     return tokenizer_lib.load(directory, config.lowercase)
   with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
@@ -84,6 +95,36 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
     return tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), directory, vocab_size=config.vocab_size,
                                kind=config.tokenizer_type, lowercase=config.lowercase,
                                max_sentences=TOKENIZER_SAMPLE_LINES)
+
+
+def _from_process_0(make, directory: str) -> Tokenizer:
+  """The tokenizer `make()` gives on process 0, or the DataError it raises, on every process; the others save it
+  into their cache `directory`."""
+  from jax.experimental import multihost_utils  # noqa: PLC0415  (multi-host runs only)
+  tokenizer = error = None
+  sent = b''
+  if jax.process_index() == 0:
+    try:
+      tokenizer = make()
+      sent = json.dumps([tokenizer.file_name, tokenizer.lowercase]).encode() + b'\n' + tokenizer.model_bytes
+    except DataError as e:  # the same line on every process, not a wait for a tokenizer that never comes
+      error, sent = e, b'error\n' + str(e).encode()
+  size = int(multihost_utils.broadcast_one_to_all(np.int32(len(sent))))
+  received = np.asarray(multihost_utils.broadcast_one_to_all(
+      np.frombuffer(sent, np.uint8) if sent else np.zeros(size, np.uint8))).tobytes()
+  if error:
+    raise error
+  if tokenizer is not None:
+    return tokenizer
+  header, body = received.split(b'\n', 1)
+  if header == b'error':
+    raise DataError(body.decode())
+  file_name, lowercase = json.loads(header)
+  with fileio.atomic_writer(os.path.join(directory, file_name)) as f:
+    f.write(body)
+  tokenizer = tokenizer_lib.load(os.path.join(directory, file_name), lowercase)
+  tokenizer.save(directory)  # its settings file, written last: the cached tokenizer is complete
+  return tokenizer
 
 
 def load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0, *, process_index: int = 0,

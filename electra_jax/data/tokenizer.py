@@ -296,28 +296,31 @@ def _sample(lines: Iterable[str], count: int, seed: int = 0) -> list[str]:
 # while a child stops with the command at once (subprocess.run kills it when this process is interrupted).
 _SENTENCEPIECE_TRAINER = ('import json, sys, sentencepiece; '
                           'sentencepiece.SentencePieceTrainer.train(**json.loads(sys.argv[1]))')
+# Its threads split the corpus between them, and another split gives other scores and pieces: a fixed count gives
+# one corpus the same tokenizer on every machine, whatever its cores.
+SENTENCEPIECE_THREADS = 16
 
 
 def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
   if not sample:
     raise DataError(NO_TEXT)
-  text = os.path.join(directory, 'text.txt')  # the child reads the sample from a file, not the whole corpus
-  with open(text, 'w', encoding='utf-8') as f:
+  # The child reads the sample from a file, not the whole corpus. It runs in `directory` and names its files
+  # relative to it: the trainer's options are saved in the model, and a temporary path there would change its bytes.
+  with open(os.path.join(directory, 'text.txt'), 'w', encoding='utf-8') as f:
     f.writelines(line.replace('\n', ' ') + '\n' for line in sample)
-  prefix = os.path.join(directory, 'spm')
   options = dict(
-      input=text, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
+      input='text.txt', model_prefix='spm', vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
       eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]', user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'],
       character_coverage=0.9995, input_sentence_size=max_sentences, shuffle_input_sentence=True,
-      num_threads=os.cpu_count() or 1, minloglevel=2)
+      num_threads=SENTENCEPIECE_THREADS, minloglevel=2)
   trained = subprocess.run([sys.executable, '-c', _SENTENCEPIECE_TRAINER, json.dumps(options)], capture_output=True,
-                           text=True, check=False)
+                           text=True, check=False, cwd=directory)
   if trained.returncode:
     why = (trained.stderr.strip().splitlines() or [f'exit status {trained.returncode}'])[-1]
     why = why.removeprefix('RuntimeError: ').rstrip('.')
     raise DataError(f'training the SentencePiece tokenizer failed: {why}. A small corpus supports only a small '
                     'vocabulary: lower data.vocab_size')
-  return SentencePieceTokenizer(prefix + '.model', lowercase)
+  return SentencePieceTokenizer(os.path.join(directory, 'spm.model'), lowercase)
 
 
 def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
