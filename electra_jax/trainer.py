@@ -47,7 +47,7 @@ def _check_resume_config(workdir, config_dict: dict):
 def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
-  trained again from the source may differ (WordPiece numbers its pieces in another order each time it trains)."""
+  trained again from the source may differ (another version of its trainer)."""
   if not (workdir / 'checkpoints').is_dir():
     return data.load_tokenizer(data_config)
   try:

@@ -40,10 +40,11 @@ def test_trained_tokenizer_round_trip(kind, lines, tmp_path):
   assert pickle.loads(pickle.dumps(tokenizer)).encode(sample) == ids
 
 
-@pytest.mark.parametrize('kind', ['unigram', 'bpe'])
-def test_sentencepiece_gives_one_corpus_the_same_file_on_any_machine(kind, lines, tmp_path, monkeypatch):
+@pytest.mark.parametrize('kind', ['unigram', 'bpe', 'wordpiece'])
+def test_one_corpus_gives_the_same_tokenizer_file_on_any_machine(kind, lines, tmp_path, monkeypatch):
   """Trained twice, as on machines with 1 and 64 cores, into other directories: the same bytes (SentencePiece's
-  pieces depend on its thread count, and its model file holds the paths it was given)."""
+  pieces depend on its thread count, its model file holds the paths it was given, and WordPiece's trainer numbers
+  pieces in hash order)."""
   trained = []
   for cores in (1, 64):
     monkeypatch.setattr(os, 'cpu_count', lambda cores=cores: cores)

@@ -73,8 +73,8 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   """`data.tokenizer`; else the one a built `data.source` was made with; else one trained on the source (cached).
 
   A tokenizer trained on the source is process 0's on every process of a multi-host run: each host's cache is its
-  own, and trainers may break ties differently run to run (WordPiece numbers its alphabet in hash order), so
-  tokenizers the hosts trained themselves could give one piece different ids."""
+  own, and tokenizers the hosts trained themselves could differ (another version of a trainer, or WordPiece's
+  trainer breaking a tie at the vocabulary's size in hash order), giving one piece different ids."""
   if config.tokenizer:
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):

@@ -330,5 +330,10 @@ def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
                               show_progress=False)
   if trainer.get_vocab_size() <= len(SPECIAL_PIECES):
     raise DataError(NO_TEXT)
-  trainer.save_model(directory)
+  # The trainer numbers its alphabet, and so the merges that tie with it, in hash order: another order each time.
+  # Greedy longest-match WordPiece does not depend on ids, so the pieces are sorted after the special ones: the same
+  # corpus gives the same vocab.txt.
+  pieces = sorted(set(trainer.get_vocab()) - set(SPECIAL_PIECES))
+  with open(os.path.join(directory, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.writelines(piece + '\n' for piece in SPECIAL_PIECES + tuple(pieces))
   return WordPieceTokenizer(os.path.join(directory, 'vocab.txt'), lowercase)
