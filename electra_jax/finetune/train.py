@@ -127,7 +127,8 @@ class Finetuning:
 
 
 def _take_pretrained(target, source, where: str):
-  """`source`'s values for every parameter of `target` (same paths and shapes), on `target`'s shardings."""
+  """`source`'s values (on one device of this process) for every parameter of `target` (same paths and shapes), on
+  `target`'s shardings (which may span several processes: each builds its own shards)."""
   flat_target = flax.traverse_util.flatten_dict(target)
   flat_source = flax.traverse_util.flatten_dict(source)
   out = {}
@@ -136,8 +137,9 @@ def _take_pretrained(target, source, where: str):
     if value is None or value.shape != leaf.shape:
       raise CheckpointError(f'the pre-trained checkpoint has no parameter {where}/{"/".join(path)} of shape '
                             f'{leaf.shape}: it does not match the model config saved with it')
-    # A copy (may_alias=False): the train step donates the state, and the next seed starts from `source` again.
-    out[path] = jax.device_put(value.astype(leaf.dtype), leaf.sharding, may_alias=False)
+    # Copies (copy=True): the train step donates the state, and the next seed starts from `source` again.
+    out[path] = jax.make_array_from_callback(leaf.shape, leaf.sharding,
+                                             lambda index, v=value, t=leaf.dtype: jnp.array(v[index], t, copy=True))
   return flax.traverse_util.unflatten_dict(out)
 
 
