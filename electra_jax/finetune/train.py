@@ -263,7 +263,8 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
         if step % log_every == 0 or step == end:
           scalars = metrics_lib.summarize(total)
           if not np.isfinite(scalars['loss']):
-            raise TrainingError(f'{tag}: loss is {scalars["loss"]} at step {step}; lower optimizer.learning_rate')
+            raise TrainingError(f'{tag}: loss is {scalars["loss"]} at step {step}; lower optimizer.learning_rate',
+                                every_process=True)  # the global batch's loss: every host stops here
           writer.write(step, scalars)
           progress.set_postfix(loss=f'{scalars["loss"]:.4f}', refresh=False)
           total = None
