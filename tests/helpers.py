@@ -159,6 +159,7 @@ TINY_FINETUNE_MODEL = dict(embedding_size=32, hidden_size=32, num_layers=1, num_
                            max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
                            attention_dropout_rate=0.0)
 
+
 def pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
   """A pre-training WORKDIR of the tiny fine-tuning model as trainer.train writes it (config.json, tokenizer.model,
   a checkpoint at step 3, and at `later_step` one holding other parameters), with random parameters: nothing is

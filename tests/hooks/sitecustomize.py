@@ -1,6 +1,7 @@
 """Test hooks for a process of the real entry point, loaded by Python at start-up when tests/hooks is on its
-PYTHONPATH (tests/test_multihost_main.py): a checkpoint write that is held or fails on one process, at a step the
-test chooses, with nothing changed in electra_jax. Inert unless one of these is set:
+PYTHONPATH (tests/test_multihost_main.py, test_multihost_finetune.py): a checkpoint write that is held or fails on
+one process, at a step the test chooses, or an error raised late, with nothing changed in electra_jax. Inert unless
+one of these is set:
 
 - ELECTRA_JAX_TEST_HOLD_WRITE=STEP:DIR holds the write of checkpoint STEP in orbax's background commit (its files
   started, the step not yet renamed complete) until DIR/release exists; DIR/held.<process index> says it holds.
