@@ -76,9 +76,12 @@ if _HOLD or _FAIL:
 
 
 def _install_late_error():
+  import sys  # noqa: PLC0415
   import time  # noqa: PLC0415
 
   import jax  # noqa: PLC0415
+  # The entry point's electra_jax is the repository's (`python -m` from there), whatever else is installed.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   from electra_jax import errors  # noqa: PLC0415
 
   process, seconds = _LATE.split(':')
