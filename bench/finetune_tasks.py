@@ -86,6 +86,8 @@ def main(argv):
       start = time.time()
       workdir = os.path.join(_WORKDIR.value, name, label.replace(' ', '_'))
       results = finetune.run(make_config(task_dir, pretrained, scratch), workdir)
+      if results is None:  # stopped by a signal at a checkpoint (it says so): the same command resumes
+        return
       main_metric = results['main_metric']
       row['metric'] = main_metric
       row[label] = (results['median'][main_metric], [s[main_metric] for s in results['seeds']])

@@ -137,14 +137,16 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   try:
     return fn(*args)
   except USER_ERRORS + errors as e:
-    line = f'error: {e}'
+    line, everyone = f'error: {e}', getattr(e, 'every_process', False)
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
-    line = f'error: {fileio.describe(e)}'
+    line, everyone = f'error: {fileio.describe(e)}', False
   except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
     print('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
           file=sys.stderr)
     sys.exit(130)  # the shell's status for a SIGINT
-  hosts.exit_with(line)  # exit status 1; during the steps of a multi-host run, every other process stops too
+  # Exit status 1; during the steps of a multi-host run, every other process stops too (told unless it raises the
+  # same error itself: then each prints its own line, and which one a process prints is no race).
+  hosts.exit_with(line, tell_others=not everyone)
 
 
 def mode_for(values, mode: str | None, filename: str) -> str:

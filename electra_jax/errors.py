@@ -18,7 +18,15 @@ class CheckpointError(RuntimeError):
 
 
 class TrainingError(RuntimeError):
-  """The run cannot go on; the message says why and what to do."""
+  """The run cannot go on; the message says why and what to do.
+
+  `every_process`: in a multi-host run, every process raises this same error at the same step (it comes from values
+  all of them hold, such as the loss of a global batch), so no process needs telling (hosts.exit_with).
+  """
+
+  def __init__(self, message: str, every_process: bool = False):
+    super().__init__(message)
+    self.every_process = every_process
 
 
 # What `cli.run` reports as `error: ...` in one line, exit status 1.

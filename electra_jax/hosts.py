@@ -10,6 +10,9 @@ coordination service (process 0): a blocking read of its own key in the service'
   and exits; each other process's watcher wakes at once, prints that line with the process it came from, and
   exits. All exit with status 1 and without jax's shutdown (which would wait for the stuck ones); process 0,
   which serves the keys, exits last.
+- An error every process raises itself at the same step (a NaN loss: errors.TrainingError's `every_process`) is
+  written to no key: each process prints its own line, the same on all, and exits as above. Told, a process whose
+  own identical error was a moment away would print the line of whichever process came first, naming it.
 - Process 0 gone (kill -9, a crash, its machine lost) takes the coordination service with it: the open requests
   fail at once and every other process prints one line and exits. (jax's own agent notices at the same moment and
   aborts the process with its `Terminating process because the JAX distributed service detected fatal errors`
@@ -85,8 +88,9 @@ _current: Watch | None = None
 
 def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
   """Prints `line` on stderr and exits with status 1. While the steps of a multi-host run go on (a `Watch`), it
-  exits without jax's shutdown, after giving `line` to every other process (`tell_others`), which print it and
-  exit too; without the `coordinator` (process 0 gone) at once, before jax's agent aborts the process."""
+  exits without jax's shutdown, after giving `line` to every other process (`tell_others`; not when every process
+  stops with this line itself, or was told it), which print it and exit too; without the `coordinator` (process 0
+  gone) at once, before jax's agent aborts the process."""
   if not _exiting.acquire(blocking=False):  # another thread of this process is already saying why
     threading.Event().wait()
   # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline.

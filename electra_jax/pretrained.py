@@ -26,7 +26,8 @@ def abstract_params(model: Electra, sharding=None):
 
 
 def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.TrainConfig, dict]:
-  """(config, params) of checkpoint `step` (default: the latest) of WORKDIR, params on the first device.
+  """(config, params) of checkpoint `step` (default: the latest) of WORKDIR, params on this process's first device
+  (each process of a multi-host run reads its own copy).
 
   The params follow `electra_jax.model.Electra`'s tree, one subtree per encoder layer (a run with
   model.scan_layers comes back unstacked, with scan_layers off in its config); use them as
@@ -40,7 +41,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
     step = checkpointer.latest_step() if step is None else step
     if step is None:
       raise CheckpointError(f'{checkpointer.directory} holds no checkpoint yet')
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     model = objective.get(config.objective.name).model(config.model)
     params = checkpointer.restore_params(step, abstract_params(model, device))
   finally:

@@ -245,4 +245,5 @@ def _check_finite(step_metrics, step: int):
   bad = [f'{k}={float(v)}' for k, v in values.items() if not math.isfinite(float(v))]
   if bad:
     raise TrainingError(f'step {step}: {", ".join(bad)}. Training stopped; the last good checkpoint is kept. '
-                        'Lower optimizer.learning_rate, raise optimizer.warmup_steps, or use model.dtype=float32.')
+                        'Lower optimizer.learning_rate, raise optimizer.warmup_steps, or use model.dtype=float32.',
+                        every_process=True)  # the global batch's metrics: every host stops here

@@ -145,9 +145,11 @@ def forbidden_gcs_environment():
 # test_sharding 64-72, test_trainer 58-61, test_gcs 51-55, test_compare 51-54, test_continued 45-51, test_aot 35,
 # test_finetune_train 35; the rest under 32). `--dist loadfile` hands whole files to the workers in collection order
 # (pytest.ini turns off xdist's own order, by number of tests): short files go last and the two workers end
-# together. Only the order changes: a file missing here runs after these, in its usual place.
-LONGEST_FIRST = ('test_train_step.py', 'test_sharding.py', 'test_trainer.py', 'test_gcs.py', 'test_compare.py',
-                 'test_continued.py', 'test_aot.py', 'test_finetune_train.py', 'test_attention.py',
+# together. Only the order changes: a file missing here runs after these, in its usual place. The multihost tier's
+# longest file comes first too: one worker runs it, the other test_multihost.py and then test_multihost_finetune.py
+# (xdist gives a worker a second file at once when its first has 2 tests or fewer left to run).
+LONGEST_FIRST = ('test_multihost_main.py', 'test_train_step.py', 'test_sharding.py', 'test_trainer.py', 'test_gcs.py',
+                 'test_compare.py', 'test_continued.py', 'test_aot.py', 'test_finetune_train.py', 'test_attention.py',
                  'test_objective_ablations.py', 'test_convert.py', 'test_frozen.py', 'test_precision.py',
                  'test_learning.py', 'test_model.py', 'test_gdes.py')
 

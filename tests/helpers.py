@@ -8,8 +8,12 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import time
 
 import flax.linen as nn
 import jax
@@ -19,12 +23,14 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from electra_jax import data, objective, pretrained
+from electra_jax import config as config_lib
+from electra_jax import data, objective, pretrained, sharding
 from electra_jax.data import __main__ as data_cli
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ModelConfig
 from electra_jax.masking import SpecialIds
 from electra_jax.model import Electra
+from electra_jax.train_step import Pretraining
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The special ids of the tests' hand-made batches ([PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, words from 5).
@@ -152,6 +158,107 @@ def tiny_pretraining_config(source, cache_dir, **overrides):
 TINY_FINETUNE_MODEL = dict(embedding_size=32, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                            max_position_embeddings=64, generator_hidden_fraction=0.5, dropout_rate=0.0,
                            attention_dropout_rate=0.0)
+
+
+def pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
+  """A pre-training WORKDIR of the tiny fine-tuning model as trainer.train writes it (config.json, tokenizer.model,
+  a checkpoint at step 3, and at `later_step` one holding other parameters), with random parameters: nothing is
+  compiled. Returns the parameters of step 3."""
+  base = default.get_config()
+  base.model.update(TINY_FINETUNE_MODEL)
+  base.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir, max_seq_length=32)
+  base.mesh.shape = (1, 1, 1)
+  tokenizer = data.load_tokenizer(config_lib.from_dict(data.DataConfig, base.data.to_dict(), where='data'))
+  c = config_lib.load(base, vocab_size=tokenizer.vocab_size)
+  abstract = Pretraining(c, tokenizer.special, sharding.make_mesh(c.mesh)).abstract_state()
+  rng = np.random.default_rng(7)
+  state = jax.tree.map(lambda a: jax.device_put(rng.normal(size=a.shape).astype(a.dtype), a.sharding), abstract)
+  os.makedirs(path)
+  with open(os.path.join(path, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(base.to_dict(), f)
+  shutil.copyfile(tokenizer.model_file, os.path.join(path, 'tokenizer.model'))
+  checkpointer = Checkpointer(str(path))
+  checkpointer.save(3, state, {'epoch': 0, 'batch': 3})
+  if later_step:
+    checkpointer.save(later_step, jax.tree.map(lambda a: a + 1, state), {'epoch': 0, 'batch': later_step})
+  checkpointer.close()
+  return state.params
+
+
+class LocalProcesses:
+  """`python -m electra_jax.main ARGS` in `processes` localhost processes of one jax.distributed job (one: a plain
+  single-process run), one faked CPU device each, each process's output to a log file `log_prefix`.<i>.log.
+
+  `env` is added to every process's environment; an ELECTRA_JAX_TEST_ variable there also puts tests/hooks on
+  their PYTHONPATH (a checkpoint write held or failed on purpose: tests/hooks/sitecustomize.py).
+  """
+  timeout = 300  # seconds for one run: a few seconds of steps, the rest start-up and compiling on a loaded machine
+
+  def __init__(self, args: list[str], processes: int, log_prefix, env: dict[str, str] | None = None):
+    self.logs, self.procs = [], []
+    if any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {}):
+      hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
+      env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
+    port = free_port()
+    for i in range(processes):
+      process_env = dict(os.environ, JAX_PLATFORMS='cpu',
+                         XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0',
+                         **(env or {}))
+      for key in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID'):
+        process_env.pop(key, None)
+      if processes > 1:
+        process_env.update(JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES=str(processes),
+                           JAX_PROCESS_ID=str(i))
+      log = f'{log_prefix}.{i}.log'
+      with open(log, 'w', encoding='utf-8') as out:
+        self.procs.append(subprocess.Popen([sys.executable, '-m', 'electra_jax.main', *args], cwd=REPO,
+                                           env=process_env, stdout=out, stderr=subprocess.STDOUT))
+      self.logs.append(log)
+
+  def output(self, i: int) -> str:
+    with open(self.logs[i], encoding='utf-8', errors='replace') as f:
+      return f.read()
+
+  def wait_for(self, condition, timeout: float | None = None):
+    """Polls `condition()` until true; fails (killing every process) if the run ends or the time runs out first."""
+    deadline = time.time() + (timeout or self.timeout)
+    while not condition():
+      if time.time() > deadline or any(p.poll() is not None for p in self.procs):
+        self.kill()
+        pytest.fail(f'waited in vain for {condition.__doc__ or "the condition"}:\n' + self.tails())
+      time.sleep(0.2)
+
+  def finish(self, timeout: float | None = None) -> list[int]:
+    """Exit codes of every process, once all have ended; fails (killing them) past `timeout` seconds. Calls
+    `self.poll()` every 0.05 s meanwhile."""
+    deadline = time.time() + (timeout or self.timeout)
+    while any(proc.poll() is None for proc in self.procs):
+      if time.time() > deadline:
+        self.kill()
+        pytest.fail(f'still running after {timeout or self.timeout} s:\n' + self.tails())
+      self.poll()
+      time.sleep(0.05)
+    return [proc.returncode for proc in self.procs]
+
+  def poll(self):
+    """What a subclass records while `finish` waits."""
+
+  def kill(self):
+    for proc in self.procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+  def tails(self) -> str:
+    return '\n'.join(f'--- process {i}:\n{self.output(i)[-3000:]}' for i in range(len(self.procs)))
+
+
+def one_error_line(output: str) -> str:
+  """The only line of `output` that starts with 'error: ', after checking no traceback came with it."""
+  errors = [line for line in output.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in output, output[-3000:]
+  return errors[0]
+
 
 # The tiny pre-training run of the fault and multi-process tests, as a user's --config file.
 FAULTS_CONFIG_FILE = os.path.join('tests', 'faults_config.py')

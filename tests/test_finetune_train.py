@@ -4,7 +4,6 @@ SQuAD 2.0 on tfds mock data, GLUE's own files, prediction files, --mode=predict,
 import json
 import os
 import random
-import shutil
 
 import jax
 import numpy as np
@@ -15,12 +14,9 @@ import tensorflow_datasets as tfds
 from configs import finetune as finetune_config
 from electra_jax import config as config_lib
 from electra_jax import data, sharding
-from electra_jax.checkpoint import Checkpointer
 from electra_jax.finetune import predict, tasks, train
-from electra_jax.train_step import Pretraining
-from electra_jax.trainer import TrainingError
 from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
-from helpers import keyword_free_sentence, make_tsv_task, override
+from helpers import keyword_free_sentence, make_tsv_task, override, pretraining_workdir
 
 # Many runs here share one tiny model: with a persistent compilation cache they compile it once. tfds's data here is
 # mock data: no download (`online`).
@@ -99,32 +95,9 @@ def test_conll_task_learns_span_f1_from_scratch_on_a_sharded_mesh(tmp_path, corp
   assert len(first.rstrip('\n').split('\t')) == 3  # word, gold tag, predicted tag
 
 
-def _pretraining_workdir(path, corpus_file, cache_dir, later_step=0):
-  """A pre-training WORKDIR as trainer.train writes it, holding random parameters (nothing is compiled)."""
-  base = finetune_config.default.get_config()
-  base.model.update(TINY_MODEL)
-  base.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir, max_seq_length=32)
-  base.mesh.shape = (1, 1, 1)
-  tokenizer = data.load_tokenizer(config_lib.from_dict(data.DataConfig, base.data.to_dict(), where='data'))
-  c = config_lib.load(base, vocab_size=tokenizer.vocab_size)
-  abstract = Pretraining(c, tokenizer.special, sharding.make_mesh(c.mesh)).abstract_state()
-  rng = np.random.default_rng(7)
-  state = jax.tree.map(lambda a: jax.device_put(rng.normal(size=a.shape).astype(a.dtype), a.sharding), abstract)
-  os.makedirs(path)
-  with open(os.path.join(path, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(base.to_dict(), f)
-  shutil.copyfile(tokenizer.model_file, os.path.join(path, 'tokenizer.model'))
-  checkpointer = Checkpointer(str(path))
-  checkpointer.save(3, state, {'epoch': 0, 'batch': 3})
-  if later_step:  # a later checkpoint holding other parameters
-    checkpointer.save(later_step, jax.tree.map(lambda a: a + 1, state), {'epoch': 0, 'batch': later_step})
-  checkpointer.close()
-  return state.params
-
-
 @pytest.mark.slow
-def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file, cache_dir):
-  saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
+def test_loads_the_discriminator_of_apretraining_workdir(tmp_path, corpus_file, cache_dir):
+  saved = pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
   config = tiny_config(cache_dir, corpus_file, make_tsv_task(tmp_path / 'keyword'))
   c = train.load_config(config)
   model_config, pretrained, tokenizer = train._load_pretrained(str(tmp_path / 'pre'))  # pylint: disable=protected-access
@@ -148,7 +121,7 @@ def test_loads_the_discriminator_of_a_pretraining_workdir(tmp_path, corpus_file,
 
 @pytest.mark.slow
 def test_init_step_picks_the_checkpoint(tmp_path, corpus_file, cache_dir):
-  saved = _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir, later_step=5)
+  saved = pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir, later_step=5)
   word = lambda params: np.asarray(params['embeddings']['word_embeddings']['embedding'])
   load = lambda step: train._load_pretrained(str(tmp_path / 'pre'), step)[1]  # pylint: disable=protected-access
   np.testing.assert_array_equal(word(load(3)), word(saved))
@@ -259,7 +232,7 @@ def test_an_unknown_dev_label_is_one_clear_line_before_training(tmp_path, corpus
 
 def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
   directory = make_tsv_task(tmp_path / 'keyword', sizes=(40, 10))
-  _pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
+  pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
   with pytest.raises(config_lib.ConfigError, match='holds a pre-training run'):
     train.run(tiny_config(cache_dir, corpus_file, directory), str(tmp_path / 'pre'))
   task = tasks.get_task(directory)
@@ -287,10 +260,9 @@ def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, c
   reference = train.run(tiny_config(cache_dir, corpus_file, directory, seeds=1, **overrides), str(tmp_path / 'a'))
   config = tiny_config(cache_dir, corpus_file, directory, seeds=2, **overrides)
   workdir = str(tmp_path / 'b')
-  with pytest.raises(TrainingError, match=r'stopped at step 3/8; checkpoint saved'):
-    train.run(config, workdir, stop_after=3)  # as a preemption after 3 steps of seed 0
+  assert train.run(config, workdir, stop_after=3) is None  # as a preemption after 3 steps of seed 0
+  assert '[keyword seed 0] stopped: checkpoint saved at step 3/8 in ' in capsys.readouterr().err
   assert os.path.isdir(os.path.join(workdir, 'seeds', '0', 'checkpoints', '3'))
-  capsys.readouterr()
   resumed = train.run(config, workdir)
   assert 'resumed from' in capsys.readouterr().err
   assert resumed['seeds'][0] == reference['seeds'][0]  # exactly the uninterrupted run's scores

@@ -15,97 +15,44 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE, REPO  # pylint: disable=g-bad-import-order
-from helpers import free_port, read_metrics, step_dirs
+from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE  # pylint: disable=g-bad-import-order
+from helpers import LocalProcesses, one_error_line, read_metrics, step_dirs
 
 pytestmark = [pytest.mark.multihost, pytest.mark.usefixtures('compile_once')]
 
 # Steps run at about 2 per second on 2 idle cores; a SIGTERM sent after step 6 or earlier once reached jax's preemption
 # sync point only at step 16 of 16 (clean-clone CI, 2026-11-25), so a stopped run keeps 26+ steps of margin.
 STEPS = 32
-TIMEOUT = 300  # seconds for one run: a few seconds of steps, the rest start-up and compiling on a loaded machine
+TIMEOUT = LocalProcesses.timeout
 STOP_WITHIN = 60  # seconds from a SIGTERM to every process gone (the issue's bound)
 HEARTBEAT = 10  # seconds: ELECTRA_JAX_HEARTBEAT_TIMEOUT in the killed run (100 by default)
 _LOGS = itertools.count()
 SAVED = re.compile(r'checkpoint saved at step (\d+) in .*; run the same command again to resume\.')
 
 
-class Run:
-  """The same command in `processes` local processes (one a plain single-process run), output to log files.
-
-  `env` is added to every process's environment; an ELECTRA_JAX_TEST_ variable there also puts tests/hooks on
-  their PYTHONPATH (a checkpoint write held or failed on purpose: tests/hooks/sitecustomize.py).
-  """
+class Run(LocalProcesses):
+  """The tiny pre-training command in `processes` local processes (helpers.LocalProcesses); records in `steps` when
+  each line of metrics.jsonl appeared (to 0.05 s) while `finish` waits."""
 
   def __init__(self, workdir, processes: int, corpus: str, *flags: str, env: dict[str, str] | None = None):
-    self.workdir, self.logs, self.procs = str(workdir), [], []
+    self.workdir = str(workdir)
     self.steps = []  # (time, metrics.jsonl lines) each time `finish` saw the count change
-    if any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {}):
-      hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
-      env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
-    port = free_port()
-    command = [sys.executable, '-m', 'electra_jax.main', f'--config={CONFIG_FILE}', f'--workdir={workdir}',
-               f'--config.data.source={corpus}', f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1',
-               '--config.checkpoint_every=1000', *flags]
-    for i in range(processes):
-      process_env = dict(os.environ, JAX_PLATFORMS='cpu',
-                         XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0',
-                         **(env or {}))
-      for key in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID'):
-        process_env.pop(key, None)
-      if processes > 1:
-        process_env.update(JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES=str(processes),
-                   JAX_PROCESS_ID=str(i))
-      log = f'{workdir}.{next(_LOGS)}.log'
-      with open(log, 'w', encoding='utf-8') as out:
-        self.procs.append(subprocess.Popen(command, cwd=REPO, env=process_env, stdout=out, stderr=subprocess.STDOUT))
-      self.logs.append(log)
+    super().__init__([f'--config={CONFIG_FILE}', f'--workdir={workdir}', f'--config.data.source={corpus}',
+                      f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1', '--config.checkpoint_every=1000',
+                      *flags], processes, f'{workdir}.{next(_LOGS)}', env)
 
-  def output(self, i: int) -> str:
-    with open(self.logs[i], encoding='utf-8', errors='replace') as f:
-      return f.read()
-
-  def wait_for(self, condition, timeout: float = TIMEOUT):
-    """Polls `condition()` until true; fails (killing every process) if the run ends or the time runs out first."""
-    deadline = time.time() + timeout
-    while not condition():
-      if time.time() > deadline or any(p.poll() is not None for p in self.procs):
-        self.kill()
-        pytest.fail(f'waited in vain for {condition.__doc__}:\n' + self.tails())
-      time.sleep(0.2)
-
-  def finish(self, timeout: float = TIMEOUT) -> list[int]:
-    """Exit codes of every process, once all have ended; fails (killing them) past `timeout` seconds. Meanwhile
-    records in `steps` when each line of metrics.jsonl appeared (to 0.05 s)."""
-    deadline = time.time() + timeout
-    while any(proc.poll() is None for proc in self.procs):
-      if time.time() > deadline:
-        self.kill()
-        pytest.fail(f'still running after {timeout} s:\n' + self.tails())
-      if not self.steps or self.steps[-1][1] != self.logged_steps():
-        self.steps.append((time.time(), self.logged_steps()))
-      time.sleep(0.05)
-    return [proc.returncode for proc in self.procs]
+  def poll(self):
+    if not self.steps or self.steps[-1][1] != self.logged_steps():
+      self.steps.append((time.time(), self.logged_steps()))
 
   def steps_by(self, moment: float) -> int:
     """How many steps metrics.jsonl held at time `moment` (as `finish` saw it)."""
     return max([n for t, n in self.steps if t <= moment], default=0)
-
-  def kill(self):
-    for proc in self.procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-  def tails(self) -> str:
-    return '\n'.join(f'--- process {i}:\n{self.output(i)[-3000:]}' for i in range(len(self.procs)))
 
   def logged_steps(self) -> int:
     """Lines in WORKDIR/metrics.jsonl (one per step: log_every=1)."""
@@ -262,13 +209,6 @@ def faulty(tmp_path_factory):
 def newest(workdir) -> int:
   complete = step_dirs(workdir)[0] if os.path.isdir(os.path.join(workdir, 'checkpoints')) else []
   return max(complete, default=0)
-
-
-def one_error_line(output: str) -> str:
-  """The only line that starts with 'error: ', after checking no traceback came with it."""
-  errors = [line for line in output.splitlines() if line.startswith('error: ')]
-  assert len(errors) == 1 and 'Traceback' not in output, output[-3000:]
-  return errors[0]
 
 
 def resumed_from(run: Run) -> int:

@@ -268,6 +268,8 @@ def finetune_once(c, workdir: str) -> dict:
     results = json.loads(path.read_text())
   else:
     results = finetune.run(c, workdir)
+  if results is None:  # stopped by a signal, after writing a checkpoint
+    raise trainer.TrainingError(f'the fine-tuning in {workdir} stopped; run the same command again to resume it')
   metric = results['main_metric']
   return {'metric': metric, 'seeds': [row['seed'] for row in results['seeds']],
           'scores': [row[metric] for row in results['seeds']], 'median': results['median'][metric]}

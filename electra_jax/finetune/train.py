@@ -127,7 +127,8 @@ class Finetuning:
 
 
 def _take_pretrained(target, source, where: str):
-  """`source`'s values for every parameter of `target` (same paths and shapes), on `target`'s shardings."""
+  """`source`'s values (on one device of this process) for every parameter of `target` (same paths and shapes), on
+  `target`'s shardings (which may span several processes: each builds its own shards)."""
   flat_target = flax.traverse_util.flatten_dict(target)
   flat_source = flax.traverse_util.flatten_dict(source)
   out = {}
@@ -136,8 +137,9 @@ def _take_pretrained(target, source, where: str):
     if value is None or value.shape != leaf.shape:
       raise CheckpointError(f'the pre-trained checkpoint has no parameter {where}/{"/".join(path)} of shape '
                             f'{leaf.shape}: it does not match the model config saved with it')
-    # A copy (may_alias=False): the train step donates the state, and the next seed starts from `source` again.
-    out[path] = jax.device_put(value.astype(leaf.dtype), leaf.sharding, may_alias=False)
+    # Copies (copy=True): the train step donates the state, and the next seed starts from `source` again.
+    out[path] = jax.make_array_from_callback(leaf.shape, leaf.sharding,
+                                             lambda index, v=value, t=leaf.dtype: jnp.array(v[index], t, copy=True))
   return flax.traverse_util.unflatten_dict(out)
 
 
@@ -235,10 +237,10 @@ def log_interval(log_every: int, total_steps: int) -> int:
 
 def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features, c: FinetuneConfig, seed: int,
                tag: str, checkpointer: Checkpointer, writer: metrics_lib.MetricsWriter,
-               stop_after: int | None = None, evaluate_dev: Callable[[Any], dict] | None = None) -> TrainState:
+               stop_after: int | None = None, evaluate_dev: Callable[[Any], dict] | None = None) -> TrainState | None:
   """Trains one seed from `state` (step 0, or a restored checkpoint's step) to run.total_steps, with a progress
-  bar; checkpoints every c.checkpoint_every steps. SIGTERM/SIGINT (or `stop_after` steps, as tests preempt)
-  checkpoint and raise TrainingError: the same command resumes.
+  bar; checkpoints every c.checkpoint_every steps. SIGTERM/SIGINT on any host (or `stop_after` steps, as tests
+  preempt) checkpoint at one step on every host and return None: the same command resumes.
 
   The loss and learning rate go to `writer` (the seed's metrics.jsonl and TensorBoard events) every `log_interval`
   steps, and with c.eval_every `evaluate_dev(params)`'s dev metrics every c.eval_every steps before the last (the
@@ -261,7 +263,8 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
         if step % log_every == 0 or step == end:
           scalars = metrics_lib.summarize(total)
           if not np.isfinite(scalars['loss']):
-            raise TrainingError(f'{tag}: loss is {scalars["loss"]} at step {step}; lower optimizer.learning_rate')
+            raise TrainingError(f'{tag}: loss is {scalars["loss"]} at step {step}; lower optimizer.learning_rate',
+                                every_process=True)  # the global batch's loss: every host stops here
           writer.write(step, scalars)
           progress.set_postfix(loss=f'{scalars["loss"]:.4f}', refresh=False)
           total = None
@@ -272,9 +275,10 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
         if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
           checkpointer.save(step, state, {'step': step})
         if interrupted:
-          checkpointer.wait()
-          raise TrainingError(f'{tag}: {interrupted} at step {step}/{run.total_steps}; checkpoint saved in '
-                              f'{checkpointer.directory}: run the same command again to resume')
+          checkpointer.wait()  # within the hosts' watch: the write failing on one host ends every host at once
+          progress.write(f'{tag} {interrupted}: checkpoint saved at step {step}/{run.total_steps} in '
+                         f'{checkpointer.directory}; run the same command again to resume.', file=sys.stderr)
+          return None
   finally:
     progress.close()
   return state
@@ -346,8 +350,9 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
                       'its settings to resume it, or give another --workdir')
 
 
-def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
-  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results.
+def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
+  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results, or None when a stop signal
+  ended the run at a checkpoint.
 
   Seeds finished by an earlier run of the same command are read back, an unfinished one resumes from its latest
   checkpoint. `stop_after` stops after that many steps, as a preemption would (tests use it).
@@ -404,6 +409,8 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict:
       writer = metrics_lib.MetricsWriter(seed_dir, resumed_at=latest or 0)
       state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after,
                          lambda params: dev_scores(task, evaluate(ft, params, task, evals, c, dev_only=True)))
+      if state is None:  # stopped at a checkpoint
+        return None
       evaluated = evaluate(ft, state.params, task, evals, c)
       row = {'seed': seed, **dev_scores(task, evaluated)}
       writer.write(ft.total_steps, {k: v for k, v in row.items() if k != 'seed'})

@@ -1,19 +1,23 @@
 """Test hooks for a process of the real entry point, loaded by Python at start-up when tests/hooks is on its
-PYTHONPATH (tests/test_multihost_main.py): a checkpoint write that is held or fails on one process, at a step the
-test chooses, with nothing changed in electra_jax. Inert unless one of these is set:
+PYTHONPATH (tests/test_multihost_main.py, test_multihost_finetune.py): a checkpoint write that is held or fails on
+one process, at a step the test chooses, or an error raised late, with nothing changed in electra_jax. Inert unless
+one of these is set:
 
 - ELECTRA_JAX_TEST_HOLD_WRITE=STEP:DIR holds the write of checkpoint STEP in orbax's background commit (its files
   started, the step not yet renamed complete) until DIR/release exists; DIR/held.<process index> says it holds.
 - ELECTRA_JAX_TEST_FAIL_WRITE=STEP:PROCESS makes process PROCESS's part of the write of checkpoint STEP fail as on a
   full disk of its own (OSError ENOSPC in its background commit).
+- ELECTRA_JAX_TEST_LATE_ERROR=PROCESS:SECONDS makes process PROCESS raise each TrainingError SECONDS later than it
+  would (a host a moment behind the others on its way to the same error).
 
-Both act through orbax's JSON item handler, whose commit futures every process's background commit waits for
-before the processes agree the step is complete.
+The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
+for before the processes agree the step is complete.
 """
 
 import os
 
 _HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('ELECTRA_JAX_TEST_FAIL_WRITE')
+_LATE = os.environ.get('ELECTRA_JAX_TEST_LATE_ERROR')
 
 
 def _install():
@@ -69,3 +73,27 @@ def _install():
 
 if _HOLD or _FAIL:
   _install()
+
+
+def _install_late_error():
+  import sys  # noqa: PLC0415
+  import time  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+  # The entry point's electra_jax is the repository's (`python -m` from there), whatever else is installed.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  from electra_jax import errors  # noqa: PLC0415
+
+  process, seconds = _LATE.split(':')
+  real = errors.TrainingError.__init__
+
+  def late_init(self, *args, **kwargs):
+    if jax.process_index() == int(process):
+      time.sleep(float(seconds))
+    real(self, *args, **kwargs)
+
+  errors.TrainingError.__init__ = late_init
+
+
+if _LATE:
+  _install_late_error()
