@@ -189,12 +189,14 @@ class LocalProcesses:
   """`python -m electra_jax.main ARGS` in `processes` localhost processes of one jax.distributed job (one: a plain
   single-process run), one faked CPU device each, each process's output to a log file `log_prefix`.<i>.log.
 
-  `env` is added to every process's environment; an ELECTRA_JAX_TEST_ variable there also puts tests/hooks on
-  their PYTHONPATH (a checkpoint write held or failed on purpose: tests/hooks/sitecustomize.py).
+  `env` is added to every process's environment, then `each[i]` to process i's; an ELECTRA_JAX_TEST_ variable in
+  `env` also puts tests/hooks on their PYTHONPATH (a checkpoint write held or failed on purpose:
+  tests/hooks/sitecustomize.py).
   """
   timeout = 300  # seconds for one run: a few seconds of steps, the rest start-up and compiling on a loaded machine
 
-  def __init__(self, args: list[str], processes: int, log_prefix, env: dict[str, str] | None = None):
+  def __init__(self, args: list[str], processes: int, log_prefix, env: dict[str, str] | None = None,
+               each: list[dict[str, str]] | None = None):
     self.logs, self.procs = [], []
     if any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {}):
       hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
@@ -202,8 +204,9 @@ class LocalProcesses:
     port = free_port()
     for i in range(processes):
       process_env = dict(os.environ, JAX_PLATFORMS='cpu',
-                         XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0',
-                         **(env or {}))
+                         XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0')
+      process_env.update(env or {})
+      process_env.update(each[i] if each else {})
       for key in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID'):
         process_env.pop(key, None)
       if processes > 1:

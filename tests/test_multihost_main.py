@@ -23,6 +23,9 @@ import pytest
 from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE  # pylint: disable=g-bad-import-order
 from helpers import LocalProcesses, one_error_line, read_metrics, step_dirs
 
+from electra_jax import data
+from electra_jax.config import DataConfig
+
 pytestmark = [pytest.mark.multihost, pytest.mark.usefixtures('compile_once')]
 
 # Steps run at about 2 per second on 2 idle cores; a SIGTERM sent after step 6 or earlier once reached jax's preemption
@@ -39,12 +42,13 @@ class Run(LocalProcesses):
   """The tiny pre-training command in `processes` local processes (helpers.LocalProcesses); records in `steps` when
   each line of metrics.jsonl appeared (to 0.05 s) while `finish` waits."""
 
-  def __init__(self, workdir, processes: int, corpus: str, *flags: str, env: dict[str, str] | None = None):
+  def __init__(self, workdir, processes: int, corpus: str, *flags: str, env: dict[str, str] | None = None,
+               each: list[dict[str, str]] | None = None):
     self.workdir = str(workdir)
     self.steps = []  # (time, metrics.jsonl lines) each time `finish` saw the count change
     super().__init__([f'--config={CONFIG_FILE}', f'--workdir={workdir}', f'--config.data.source={corpus}',
                       f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1', '--config.checkpoint_every=1000',
-                      *flags], processes, f'{workdir}.{next(_LOGS)}', env)
+                      *flags], processes, f'{workdir}.{next(_LOGS)}', env, each)
 
   def poll(self):
     if not self.steps or self.steps[-1][1] != self.logged_steps():
@@ -177,6 +181,34 @@ def test_a_bad_config_is_refused_by_every_process_with_one_line(tmp_path, corpus
     assert len(errors) == 1 and errors[0].startswith('error: batch_size 7 must be a multiple of'), run.tails()
     assert 'Traceback' not in run.output(i)
   assert not os.path.exists(os.path.join(run.workdir, 'checkpoints'))
+
+
+def test_every_process_takes_process_0s_tokenizer(tmp_path, corpus):
+  """Each host's cache is its own. Process 1's holds a tokenizer for this corpus and settings that differs from the
+  one process 0 trains (two pieces' ids swapped, as another trainer version could make it): process 1 trains with
+  process 0's, which replaces its cached one; only process 0 trains."""
+  caches = [tmp_path / 'cache0', tmp_path / 'cache1']
+  settings = ['--config.data.tokenizer_type=wordpiece', '--config.data.vocab_size=100', '--config.train_steps=2']
+  stale = data.load_tokenizer(DataConfig(source=corpus, tokenizer_type='wordpiece', vocab_size=100,
+                                         cache_dir=str(caches[1])))
+  pieces = open(stale.model_file, encoding='utf-8').read().splitlines()
+  pieces[5], pieces[6] = pieces[6], pieces[5]
+  with open(stale.model_file, 'w', encoding='utf-8') as f:
+    f.writelines(piece + '\n' for piece in pieces)
+  run = Run(tmp_path / 'run', 2, corpus, *settings, each=[{'ELECTRA_JAX_CACHE': str(cache)} for cache in caches])
+  assert run.finish() == [0, 0], run.tails()
+  trained = (tmp_path / 'run' / 'vocab.txt').read_bytes()
+  cached = os.path.relpath(stale.model_file, caches[1])
+  assert [(cache / cached).read_bytes() for cache in caches] == [trained, trained]
+  assert ['training a wordpiece tokenizer' in run.output(i) for i in range(2)] == [True, False]
+
+
+def test_a_tokenizer_process_0_cannot_train_stops_every_process_with_its_line(tmp_path, corpus):
+  run = Run(tmp_path / 'run', 2, corpus, '--config.data.vocab_size=50000',
+            each=[{'ELECTRA_JAX_CACHE': str(tmp_path / f'cache{i}')} for i in range(2)])
+  assert run.finish(120) == [1, 1], run.tails()
+  lines = [one_error_line(run.output(i)) for i in range(2)]
+  assert lines[0] == lines[1] and 'Vocabulary size too high (50000)' in lines[0], run.tails()
 
 
 def test_a_killed_process_stops_the_others_within_the_heartbeat_timeout(tmp_path, corpus, two_processes):
