@@ -67,10 +67,6 @@ class Module:
     m = _INSTRUCTION.match(self.lines.get(name, ''))
     return m.group(2) if m else ''
 
-  def op_name(self, name: str) -> str:
-    """The jax operation instruction `name` came from ('' if it names none)."""
-    return _op_name(self.lines.get(name, ''))
-
   def fused(self, name: str) -> str:
     """The text of the computation that fusion `name` calls (what its kernel computes; '' if none)."""
     called = re.search(r'calls=%?([\w.\-]+)', self.lines.get(name, ''))
