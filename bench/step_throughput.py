@@ -109,11 +109,10 @@ def time_jax(c, batch, t0: float) -> dict:
         module = kernels.read(executable.as_text())
         ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value)
-        print(kernels.format_timed(ops, module), flush=True)
-        origin = kernels.where(module)
+        print(kernels.format_timed(ops), flush=True)
         profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
                    'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
-                                    'name': op.name, 'op_name': origin.get(op.name, '')} for op in ops[:15]]}
+                                    'name': op.name, 'op_name': op.op_name} for op in ops[:15]]}
     except Exception as e:  # pylint: disable=broad-except
       print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}

@@ -61,11 +61,8 @@ class Module:
   entry: str = ''
   computations: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)  # (parameters, lines)
   lines: dict[str, str] = dataclasses.field(default_factory=dict)  # instruction name: its line
-
-  def shape(self, name: str) -> str:
-    """The type of instruction `name`'s result, e.g. 'f32[4,2]{1,0}' or a tuple of them ('' if unknown)."""
-    m = _INSTRUCTION.match(self.lines.get(name, ''))
-    return m.group(2) if m else ''
+  # instruction name: its result's type, e.g. 'f32[4,2]{1,0}' or a tuple of them
+  shapes: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def fused(self, name: str) -> str:
     """The text of the computation that fusion `name` calls (what its kernel computes; '' if none)."""
@@ -92,8 +89,8 @@ def read(hlo: str) -> Module:
     elif current is not None and line.startswith('  ') and ' = ' in line:
       module.computations[current][1].append(line)
       m = _INSTRUCTION.match(line)
-      if m:
-        module.lines.setdefault(m.group(1), line)
+      if m and m.group(1) not in module.lines:
+        module.lines[m.group(1)], module.shapes[m.group(1)] = line, m.group(2)
   return module
 
 
@@ -209,6 +206,7 @@ class Timed:
   group: str
   ms: float
   launches: float
+  op_name: str = ''  # the jax operation it came from
 
 
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
@@ -247,7 +245,8 @@ def timed_ops(xplane: str, hlo: str | Module, steps: int) -> list[Timed]:
         name = dotted if name not in origin and dotted in origin else name
         ms[name] += event.duration_ns / 1e6 / steps
         launches[name] += 1 / steps
-  return [Timed(name, group(origin.get(name, '')), t, launches[name]) for name, t in ms.most_common()]
+  return [Timed(name, group(origin.get(name, '')), t, launches[name], origin.get(name, ''))
+          for name, t in ms.most_common()]
 
 
 def by_group(ops: list[Timed]) -> dict[str, tuple[float, float]]:
@@ -259,9 +258,8 @@ def by_group(ops: list[Timed]) -> dict[str, tuple[float, float]]:
   return {g: (t, launches[g]) for g, t in ms.most_common()}
 
 
-def format_timed(ops: list[Timed], hlo: str | Module, top: int = 15) -> str:
+def format_timed(ops: list[Timed], top: int = 15) -> str:
   """Time per step by group, then the costliest operations with the jax operation each came from."""
-  origin = where(hlo)
   groups = by_group(ops)
   total = sum(t for t, _ in groups.values())
   lines = [f'time per step by part of the step (kernels summed; {total:.2f} ms in all):',
@@ -270,7 +268,7 @@ def format_timed(ops: list[Timed], hlo: str | Module, top: int = 15) -> str:
     lines.append(f'  {g:10s} {t:8.2f} {t / max(total, 1e-9):6.1%} {n:9.0f}')
   lines.append(f'costliest {top} operations, ms per step:')
   for op in ops[:top]:
-    lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {origin.get(op.name, "")[-80:]}')
+    lines.append(f'  {op.ms:8.3f} x{op.launches:<4.0f} {op.group:9s} {op.name:32s} {op.op_name[-80:]}')
   return '\n'.join(lines)
 
 
@@ -301,13 +299,13 @@ def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: floa
     line = module.lines.get(i.name, '')
     args = re.search(r' [a-z][\w\-]*\((.*?)\)(?:, |$)', line)
     operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
-    moved = _shape_bytes(module.shape(i.name))[0] + sum(_shape_bytes(module.shape(o))[0] for o in operands)
+    moved = sum(_shape_bytes(module.shapes.get(n, ''))[0] for n in [i.name, *operands])
     flops = 0.0
     body = module.fused(i.name)
     if ' dot(' in body:
       flops = _dot_flops(body)
     elif i.kind == 'cublas' or i.opcode == 'dot':
-      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {module.shape(o)} x()' for o in operands))
+      flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {module.shapes.get(o, "")} x()' for o in operands))
     out[i.name] = max(moved / bandwidth, flops / peak_flops)
   return out
 

@@ -81,7 +81,6 @@ def test_the_compiled_step_names_its_parts():
   assert {'masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer'} <= set(table), dict(table)
 
 
-
 DOT_HLO = """HloModule m, entry_computation_layout={()->()}
 
 %fused_dot (p0: f32[2,3], p1: f32[3,5]) -> f32[2,5] {
