@@ -18,7 +18,7 @@ from absl import flags
 import jax
 
 from electra_jax import checkpoint, config_files, fileio, hosts
-from electra_jax.errors import ConfigError, USER_ERRORS
+from electra_jax.errors import ConfigError, UserError
 
 
 def flags_parser(argv):
@@ -131,12 +131,14 @@ def _cpu_only_with_libtpu() -> bool:
 
 
 def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
-  """fn(*args), with a USER_ERRORS exception (or one of the command's own `errors`) or a file-system error printed as
-  `error: ...`, exit status 1. Every command's entry point goes through it (and so through `setup`)."""
+  """fn(*args), with a UserError (or one of the command's own `errors`) or a file-system error printed as
+  `error: ...`, exit status 1. Every command's entry point goes through it (and so through `setup`). In a multi-host
+  run (jax.distributed started), the processes stop together, each with one line (hosts.Watch)."""
   setup()
   try:
-    return fn(*args)
-  except USER_ERRORS + errors as e:
+    with hosts.Watch():
+      return fn(*args)
+  except (UserError,) + errors as e:
     line, everyone = f'error: {e}', getattr(e, 'every_process', False)
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     line, everyone = f'error: {fileio.describe(e)}', False
@@ -144,8 +146,8 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
     print('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
           file=sys.stderr)
     sys.exit(130)  # the shell's status for a SIGINT
-  # Exit status 1; during the steps of a multi-host run, every other process stops too (told unless it raises the
-  # same error itself: then each prints its own line, and which one a process prints is no race).
+  # Exit status 1; in a multi-host run every other process stops too (told unless it raises the same error itself:
+  # then each prints its own line, and which one a process prints is no race).
   hosts.exit_with(line, tell_others=not everyone)
 
 

@@ -5,23 +5,12 @@ them without importing the layers that raise them.
 """
 
 
-class ConfigError(ValueError):
-  """A configuration the user must fix; the message says how."""
+class UserError(Exception):
+  """What `cli.run` reports as `error: ...` in one line, exit status 1.
 
-
-class DataError(ValueError):
-  """Input data the user must fix; the message says how."""
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint that cannot be used or written; the message says what to do."""
-
-
-class TrainingError(RuntimeError):
-  """The run cannot go on; the message says why and what to do.
-
-  `every_process`: in a multi-host run, every process raises this same error at the same step (it comes from values
-  all of them hold, such as the loss of a global batch), so no process needs telling (hosts.exit_with).
+  `every_process`: in a multi-host run, every process raises this same error at the same point (it comes from values
+  all of them hold, such as the loss of a global batch or what process 0 sent to all), so no process needs telling
+  (hosts.exit_with).
   """
 
   def __init__(self, message: str, every_process: bool = False):
@@ -29,5 +18,18 @@ class TrainingError(RuntimeError):
     self.every_process = every_process
 
 
-# What `cli.run` reports as `error: ...` in one line, exit status 1.
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError)
+class ConfigError(UserError, ValueError):
+  """A configuration the user must fix; the message says how."""
+
+
+class DataError(UserError, ValueError):
+  """Input data the user must fix; the message says how."""
+
+
+class CheckpointError(UserError, RuntimeError):
+  """A checkpoint that cannot be used or written; the message says what to do."""
+
+
+class TrainingError(UserError, RuntimeError):
+  """The run cannot go on; the message says why and what to do."""
+

@@ -45,6 +45,9 @@ _ADVICE = {
     errno.EROFS: 'the file system is read-only: choose a writable directory',
     errno.EACCES: 'permission denied: choose a directory you can write to, or fix its permissions',
     errno.EPERM: 'permission denied: choose a directory you can write to, or fix its permissions',
+    # A file where a directory must go: in the path (ENOTDIR), or as the directory itself (EEXIST, from makedirs).
+    errno.ENOTDIR: 'a file stands where the path needs a directory: move it away, or choose another directory',
+    errno.EEXIST: 'a file stands where the path needs a directory: move it away, or choose another directory',
 }
 
 

@@ -2,17 +2,19 @@
 
 The steps connect the processes through collectives, so a process that stops with an error (a checkpoint write
 that failed on its disk) leaves the others waiting for it, and orbax's background writes wait for it at their
-barriers: without help they hang until a timeout (jax's shutdown timeout, orbax's write timeout, minutes). While
-the steps run (`Watch`, entered by preemption.StopSignal), every process keeps one request open on JAX's
-coordination service (process 0): a blocking read of its own key in the service's key-value store.
+barriers: without help they hang until a timeout (jax's shutdown timeout, orbax's write timeout, minutes). From
+jax.distributed's start to the command's end (`Watch`, entered by cli.run: reading data, compiling, the steps,
+fine-tuning's seeds and reports), every process keeps one request open on JAX's coordination service (process 0):
+a blocking read of its own key in the service's key-value store.
 
 - A process that stops with an error (`exit_with`, from cli.run) prints its line, writes it to every process's key
   and exits; each other process's watcher wakes at once, prints that line with the process it came from, and
   exits. All exit with status 1 and without jax's shutdown (which would wait for the stuck ones); process 0,
   which serves the keys, exits last.
-- An error every process raises itself at the same step (a NaN loss: errors.TrainingError's `every_process`) is
-  written to no key: each process prints its own line, the same on all, and exits as above. Told, a process whose
-  own identical error was a moment away would print the line of whichever process came first, naming it.
+- An error every process raises itself at the same point (a NaN loss, a tokenizer process 0 could not train:
+  errors.UserError's `every_process`) is written to no key: each process prints its own line, the same on all,
+  and exits as above. Told, a process whose own identical error was a moment away would print the line of
+  whichever process came first, naming it (as for a bad config value, which every process finds by itself).
 - Process 0 gone (kill -9, a crash, its machine lost) takes the coordination service with it: the open requests
   fail at once and every other process prints one line and exits. (jax's own agent notices at the same moment and
   aborts the process with its `Terminating process because the JAX distributed service detected fatal errors`
@@ -27,7 +29,6 @@ import os
 import sys
 import threading
 
-import jax
 import tqdm
 from jax._src import distributed  # jax.distributed's client: the coordination service's key-value store
 
@@ -43,7 +44,7 @@ class Watch:
   """While entered, another process's error or the loss of process 0 ends this process with one line."""
 
   def __init__(self):
-    self.active = jax.process_count() > 1
+    self.active = _processes() > 1  # read from jax.distributed, not jax.process_count(): that would start the backend
     self.thread = None
 
   def __enter__(self):
@@ -55,7 +56,7 @@ class Watch:
     return self
 
   def _wait(self):
-    client, key = distributed.global_state.client, f'{_KEY}{jax.process_index()}'
+    client, key = distributed.global_state.client, f'{_KEY}{distributed.global_state.process_id}'
     while True:
       try:
         value = client.blocking_key_value_get(key, _WAIT_MS)
@@ -75,10 +76,10 @@ class Watch:
     if exc is not None and not _coordinator_reachable():
       exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
-      client, key = distributed.global_state.client, f'{_KEY}{jax.process_index()}'
+      client, key = distributed.global_state.client, f'{_KEY}{distributed.global_state.process_id}'
       client.key_value_set(key, '')
       self.thread.join()
-      client.key_value_delete(key)  # a later Watch in this process (the next fine-tuning seed) waits afresh
+      client.key_value_delete(key)  # a later Watch in this process waits afresh
       _current = None
     # With an error, the watcher stays: cli.run's exit_with tells the others, or their line ends this process.
 
@@ -101,7 +102,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
     sys.exit(1)
   if not coordinator:
     os._exit(1)  # pylint: disable=protected-access
-  client, me, count = distributed.global_state.client, jax.process_index(), jax.process_count()
+  client, me, count = distributed.global_state.client, distributed.global_state.process_id, _processes()
   try:
     if tell_others:
       told = f'{line} (process {me} of {count} stopped with this error; the other processes stop too)'
@@ -116,6 +117,11 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
     pass
   sys.stdout.flush()
   os._exit(1)  # pylint: disable=protected-access
+
+
+def _processes() -> int:
+  """The processes of this run: 1 until jax.distributed has started."""
+  return distributed.global_state.num_processes if distributed.global_state.client is not None else 1
 
 
 def _lost_coordinator(error: Exception) -> str:

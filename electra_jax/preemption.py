@@ -35,15 +35,13 @@ A host that dies outright (kill -9, a crash) sends no notice: its heartbeats sto
 ELECTRA_JAX_HEARTBEAT_TIMEOUT seconds (sharding.initialize_distributed; jax's default 100) the coordination service
 fails every other process: they print "Terminating process because the JAX distributed service detected fatal
 errors ... another task died" and abort (status 134) instead of waiting for the dead host forever. Process 0 gone,
-or a host that stops with an error, ends the others at once with one line (hosts.Watch, entered here).
+or a host that stops with an error, ends the others at once with one line (hosts.Watch, entered by cli.run).
 """
 
 import signal
 
 import jax
 from jax.experimental import multihost_utils
-
-from electra_jax import hosts
 
 
 class StopSignal:
@@ -57,13 +55,11 @@ class StopSignal:
     self.received = None  # the name of the signal this process got, if any
     self.previous = {}
     self.multihost = jax.process_count() > 1
-    self.hosts = hosts.Watch()  # another process's error, or process 0 gone, ends this one with one line
 
   def __enter__(self):
     # With several processes, SIGTERM stays with jax's preemption notifier (see the module docstring).
     for sig in (signal.SIGINT,) if self.multihost else (signal.SIGTERM, signal.SIGINT):
       self.previous[sig] = signal.signal(sig, self._handle)
-    self.hosts.__enter__()
     return self
 
   def _handle(self, signum, frame):
@@ -89,4 +85,3 @@ class StopSignal:
   def __exit__(self, *exc):
     for sig, handler in self.previous.items():
       signal.signal(sig, handler)
-    self.hosts.__exit__(*exc)

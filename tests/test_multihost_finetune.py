@@ -1,8 +1,9 @@
 """Fine-tuning through the real entry point, `python -m electra_jax.main --config=configs/finetune.py`, in 1 and 2
 localhost processes (jax.distributed with CPU collectives, one faked device per process), two seeds on a tiny
 generated task from a tiny pre-training WORKDIR: a stop signal to one process during the second seed and the same
-command resuming it, to the losses, dev predictions and scores of one process, with one writer of the reports; and
-an error every process hits (a NaN loss) ending each with the same one line (docs/faults.md, "On a pod").
+command resuming it, to the losses, dev predictions and scores of one process, with one writer of the reports; an
+error every process hits (a NaN loss) ending each with the same one line; and an error on process 0 alone between
+two seeds ending both at once (docs/faults.md, "On a pod").
 
 Slow (processes started and signalled): the multihost tier, `python -m pytest -q -n 2 -m multihost tests`. Runs are
 shared between tests (module fixtures); every process of the module loads its programs from one persistent
@@ -149,3 +150,21 @@ def test_a_nan_loss_on_every_process_ends_each_with_the_same_line_at_once(tmp_pa
                       lines[0]), run.tails()
   assert lines[1] == lines[0], run.tails()
   assert not os.path.exists(os.path.join(run.workdir, 'seeds', '0', 'result.json'))
+
+
+def test_an_error_on_process_0_between_seeds_stops_every_process_at_once(tmp_path, task, pretrained, one_process):
+  """Process 0 alone writes seed 0's dev predictions, and a file stands where their directory goes: process 0 stops
+  with that line after seed 0's steps, process 1 prints it too, naming process 0, and both exit (status 1) at once,
+  where process 1 used to wait for process 0 in seed 1's first step until jax's shutdown timeout (300 s)."""
+  del one_process  # after it (compiled)
+  blocker = tmp_path / 'run' / 'seeds' / '0' / 'predictions'
+  blocker.parent.mkdir(parents=True)
+  blocker.write_text('')
+  run = Run(tmp_path / 'run', 2, task, pretrained, epochs=1)
+  assert run.finish() == [1, 1], run.tails()
+  assert time.time() - run.first_error < 15, run.tails()
+  ours = one_error_line(run.output(0))
+  assert ours == (f'error: {blocker}: File exists (a file stands where the path needs a directory: move it away, or '
+                  'choose another directory)')
+  assert one_error_line(run.output(1)) == f'{ours} (process 0 of 2 stopped with this error; the other processes ' \
+                                          'stop too)'

@@ -1,8 +1,9 @@
 """The real entry point, `python -m electra_jax.main`, in 1, 2 and 4 localhost processes (jax.distributed with CPU
 collectives, one faked device per process) on the tiny config of tests/faults_config.py: equal losses, the
 coordinated stop on SIGTERM (to one process, to all, during the first compile, while a periodic checkpoint is
-written) and how soon it comes, resuming on another process count, one writer of the logs, a refused config, a
-killed process, process 0 killed and a full disk on one process (docs/faults.md, "On a pod").
+written) and how soon it comes, resuming on another process count, one writer of the logs, a refused config, an
+error on one process before the steps, a killed process, process 0 killed and a full disk on one process
+(docs/faults.md, "On a pod").
 
 Slow (processes started, signalled and killed): its own marker, `python -m pytest -q -n 2 -m multihost tests`
 (.ci/run). Runs are shared between tests (module fixtures); every process of a module loads its programs from one
@@ -209,6 +210,21 @@ def test_a_tokenizer_process_0_cannot_train_stops_every_process_with_its_line(tm
   assert run.finish(120) == [1, 1], run.tails()
   lines = [one_error_line(run.output(i)) for i in range(2)]
   assert lines[0] == lines[1] and 'Vocabulary size too high (50000)' in lines[0], run.tails()
+
+
+def test_an_error_on_one_process_before_the_steps_stops_every_process_at_once(tmp_path, corpus):
+  """Process 1 cannot make its cache directory (a file stands in the path) and stops before the first step, while
+  process 0 goes on towards it: process 0 prints process 1's line, naming it, and both exit with status 1 at once,
+  where process 0 used to wait for process 1 in a collective until jax's shutdown timeout (300 s)."""
+  blocker = tmp_path / 'a file'
+  blocker.write_text('')
+  run = Run(tmp_path / 'run', 2, corpus, '--config.train_steps=2', each=[{}, {'ELECTRA_JAX_CACHE': str(blocker / 'c')}])
+  assert run.finish(120) == [1, 1], run.tails()
+  ours = one_error_line(run.output(1))
+  assert ours == (f'error: {blocker / "c"}: Not a directory (a file stands where the path needs a directory: move it '
+                  'away, or choose another directory)')
+  assert one_error_line(run.output(0)) == f'{ours} (process 1 of 2 stopped with this error; the other processes ' \
+                                          'stop too)'
 
 
 def test_a_killed_process_stops_the_others_within_the_heartbeat_timeout(tmp_path, corpus, two_processes):

@@ -101,24 +101,22 @@ def _from_process_0(make, directory: str) -> Tokenizer:
   """The tokenizer `make()` gives on process 0, or the DataError it raises, on every process; the others save it
   into their cache `directory`."""
   from jax.experimental import multihost_utils  # noqa: PLC0415  (multi-host runs only)
-  tokenizer = error = None
+  tokenizer = None
   sent = b''
   if jax.process_index() == 0:
     try:
       tokenizer = make()
       sent = json.dumps([tokenizer.file_name, tokenizer.lowercase]).encode() + b'\n' + tokenizer.model_bytes
     except DataError as e:  # the same line on every process, not a wait for a tokenizer that never comes
-      error, sent = e, b'error\n' + str(e).encode()
+      sent = b'error\n' + str(e).encode()
   size = int(multihost_utils.broadcast_one_to_all(np.int32(len(sent))))
   received = np.asarray(multihost_utils.broadcast_one_to_all(
       np.frombuffer(sent, np.uint8) if sent else np.zeros(size, np.uint8))).tobytes()
-  if error:
-    raise error
   if tokenizer is not None:
     return tokenizer
   header, body = received.split(b'\n', 1)
-  if header == b'error':
-    raise DataError(body.decode())
+  if header == b'error':  # raised by every process, process 0 included: no process needs telling (hosts.py)
+    raise DataError(body.decode(), every_process=True)
   file_name, lowercase = json.loads(header)
   with fileio.atomic_writer(os.path.join(directory, file_name)) as f:
     f.write(body)
