@@ -77,7 +77,7 @@ def bench_packing(documents, tokenizer, max_length, processes):
   wall, cpu = time.perf_counter(), time.process_time()
   examples = 0
   for i, chunk in enumerate(chunks):
-    packed = build_lib.pack_chunk(tokenizer, chunk, index=i, seed=0, max_length=max_length)
+    packed = build_lib.pack_chunk(tokenizer, chunk, i, build_lib.Packing(max_length))
     examples += len(packed.input_ids)
   row(f'{tokenizer.kind}: tokenize+pack, 1 process', tokens, time.perf_counter() - wall, time.process_time() - cpu,
       f'{examples} examples of {max_length}')
@@ -85,7 +85,7 @@ def bench_packing(documents, tokenizer, max_length, processes):
   wall, cpu = time.perf_counter(), _cpu_with_children()
   first = None  # (time, tokens) when the first chunk came back: the workers have started
   done = 0
-  for chunk in build_lib.pack_source(source, tokenizer, max_length=max_length, seed=0, processes=processes):
+  for chunk in build_lib.pack_source(source, tokenizer, build_lib.Packing(max_length), processes):
     done += chunk.source_tokens
     first = first or (time.perf_counter(), done)
   end = time.perf_counter()
@@ -145,7 +145,7 @@ def main():
     tokenizer = tokenizers[0]
     wall, cpu = time.perf_counter(), _cpu_with_children()
     metadata = build_lib.build(InMemoryText(documents, 'subset'), tokenizer, os.path.join(tmp, 'built'),
-                               max_length=args.max_seq_length, processes=args.processes)
+                               build_lib.Packing(args.max_seq_length), processes=args.processes)
     stats = metadata['statistics']
     row(f'{tokenizer.kind}: build (pack + write ArrayRecord), {args.processes} processes', stats['source_tokens'],
         time.perf_counter() - wall, _cpu_with_children() - cpu,

@@ -102,9 +102,9 @@ def main():
     tokenizer = data.load_tokenizer(config)
     source = corpus.TextFiles('')
     local = os.path.join(scratch, 'built')
-    packed = build.pack_in_memory(source, tokenizer, max_length=64, seed=0)
+    packed = build.pack_in_memory(source, tokenizer, build.Packing(64))
     per_shard = -(-len(packed) // args.shards)  # examples; a record is 64 uint16 ids and 64 uint8 segment ids
-    metadata = build.build(source, tokenizer, local, max_length=64, processes=1, shard_bytes=per_shard * 64 * 3)
+    metadata = build.build(source, tokenizer, local, build.Packing(64), processes=1, shard_bytes=per_shard * 64 * 3)
     for name in sorted(os.listdir(local)):
       (fileio.path(f'gs://{BUCKET}/data') / name).write_bytes(open(os.path.join(local, name), 'rb').read())
     print(f'built {len(packed)} examples, {directory_bytes(local)} bytes in {len(os.listdir(local))} files '

@@ -1,6 +1,7 @@
 """`data build --runner=DirectRunner`: the Beam pipeline writes the local build's shards byte for byte, locally and
 on (the emulator's) gs://, and a failed job leaves nothing that reads as a dataset."""
 
+import dataclasses
 import filecmp
 import os
 
@@ -17,7 +18,8 @@ from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from helpers import make_corpus, run_data_cli as _cli
 
-SETTINGS = dict(max_length=64, seed=5, chunk_chars=3000, shard_bytes=64 * 3 * 50)  # several chunks per file and shards
+HOW = build.Packing(64, seed=5, chunk_chars=3000)  # several chunks per file
+SHARD_BYTES = 64 * 3 * 50  # and several shards
 
 
 @pytest.fixture(scope='module')
@@ -38,7 +40,8 @@ def tokenizer(corpus_dir, tmp_path_factory):
 def pool_build(corpus_dir, tokenizer, tmp_path_factory):
   """The local build (2 processes) of the corpus: (directory, metadata)."""
   directory = str(tmp_path_factory.mktemp('pool') / 'data')
-  return directory, build.build(corpus.TextFiles(corpus_dir), tokenizer, directory, processes=2, **SETTINGS)
+  return directory, build.build(corpus.TextFiles(corpus_dir), tokenizer, directory, HOW, processes=2,
+                                shard_bytes=SHARD_BYTES)
 
 
 def assert_same_dataset(directory, pool_build):
@@ -57,10 +60,11 @@ def assert_same_dataset(directory, pool_build):
 
 def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, tmp_path, gcs_dir):
   source = corpus.TextFiles(corpus_dir)
-  beam_build.build(source, tokenizer, str(tmp_path / 'beam'), runner='DirectRunner', processes=1, **SETTINGS)
+  beam_build.build(source, tokenizer, str(tmp_path / 'beam'), HOW, runner='DirectRunner', processes=1,
+                     shard_bytes=SHARD_BYTES)
   assert_same_dataset(str(tmp_path / 'beam'), pool_build)
   assert sorted(os.listdir(tmp_path)) == ['beam']  # the staging directory is gone
-  beam_build.build(source, tokenizer, gcs_dir, runner='DirectRunner', processes=1, **SETTINGS)
+  beam_build.build(source, tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
   assert_same_dataset(gcs_dir, pool_build)
   assert not (fileio.path(gcs_dir) / build.PARTIAL).exists()
   # What the trainer reads from gs:// is what the local build holds.
@@ -68,6 +72,26 @@ def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, 
   from_gcs = data.load_examples(config, data.load_tokenizer(config))
   local = examples_lib.ArrayRecordExamples(pool_build[0])
   np.testing.assert_array_equal(from_gcs.read(np.arange(len(local)))[0], local.read(np.arange(len(local)))[0])
+
+
+def test_beam_packs_long_lines_as_the_local_build(corpus_dir, tokenizer, tmp_path):
+  """long_lines=truncate on Beam: the local build's shards and manifest value (a paragraph a line, each longer than
+  an example)."""
+  documents = list(corpus.TextFiles(corpus_dir).documents())
+  text = tmp_path / 'paragraphs'
+  text.mkdir()
+  for i in range(2):
+    (text / f'part{i}.txt').write_text('\n\n'.join(' '.join(d) for d in documents[20 * i:20 * i + 20]) + '\n')
+  how = build.Packing(32, seed=5, long_lines='truncate', chunk_chars=3000)
+  source = corpus.TextFiles(str(text))
+  pool = build.build(source, tokenizer, str(tmp_path / 'pool'), how, processes=1, shard_bytes=32 * 3 * 20)
+  beam = beam_build.build(source, tokenizer, str(tmp_path / 'beam'), how, runner='DirectRunner', processes=1,
+                          shard_bytes=32 * 3 * 20)
+  assert beam['long_lines'] == pool['long_lines'] == 'truncate' and len(pool['shards']) > 1
+  assert beam['shards'] == pool['shards'] and beam['statistics'] == pool['statistics']
+  split = build.build(source, tokenizer, str(tmp_path / 'split'), dataclasses.replace(how, long_lines='split'),
+                      processes=1, shard_bytes=32 * 3 * 20)
+  assert split['num_examples'] > pool['num_examples']  # the lines were longer than an example
 
 
 def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir, monkeypatch):
@@ -83,7 +107,7 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir
   source = corpus.TextFiles(corpus_dir)
   for output in (gcs_dir, str(tmp_path / 'local')):
     with pytest.raises(Exception, match='disk full'):
-      beam_build.build(source, tokenizer, output, runner='DirectRunner', processes=1, **SETTINGS)
+      beam_build.build(source, tokenizer, output, HOW, runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
     assert not examples_lib.is_built(output)
   assert os.listdir(tmp_path) == []
   with pytest.raises(DataError, match='pass --overwrite'):  # what the failed job left on gs://
@@ -94,8 +118,8 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir
     build.check_output(gcs_dir, overwrite=True, remote=True)
   (tmp_path / 'empty.txt').write_text('\n\n')
   with pytest.raises(DataError, match='holds no text'):
-    beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), tokenizer, str(tmp_path / 'out'),
-                     runner='DirectRunner', processes=1, **SETTINGS)
+    beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), tokenizer, str(tmp_path / 'out'), HOW,
+                     runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
   assert os.listdir(tmp_path) == ['empty.txt']
 
 

@@ -61,9 +61,9 @@ def test_empty_corpus(tmp_path, corpus_file, cache_dir):
   (tmp_path / 'empty.txt').write_text('\n \n\n', encoding='utf-8')
   source = corpus.TextFiles(str(tmp_path))
   with pytest.raises(DataError, match='holds no text'):
-    build.pack_in_memory(source, tokenizer, max_length=32, seed=0)
+    build.pack_in_memory(source, tokenizer, build.Packing(32))
   with pytest.raises(DataError, match='holds no text'):
-    build.build(source, tokenizer, str(tmp_path / 'out'), max_length=32, processes=1)
+    build.build(source, tokenizer, str(tmp_path / 'out'), build.Packing(32), processes=1)
   assert not (tmp_path / 'out').exists()
   del cache_dir
 

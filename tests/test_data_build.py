@@ -30,11 +30,11 @@ def tokenizer(corpus_dir, tmp_path_factory):
 def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
   # Small chunks, so several worker processes each pack some of them.
-  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), max_length=64, seed=5, processes=2,
-                         chunk_chars=3000, shard_bytes=64 * 3 * 50)
+  how = build.Packing(64, 5, chunk_chars=3000)
+  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), how, processes=2, shard_bytes=64 * 3 * 50)
   assert len(metadata['shards']) > 1 and metadata['statistics']['skipped'] == {}
   built = examples_lib.ArrayRecordExamples(str(tmp_path / 'built'))
-  streamed = build.pack_in_memory(source, tokenizer, max_length=64, seed=5, processes=1, chunk_chars=3000)
+  streamed = build.pack_in_memory(source, tokenizer, how, processes=1)
   assert len(built) == len(streamed) == metadata['num_examples']
   input_ids, segment_ids = built.read(np.arange(len(built)))
   np.testing.assert_array_equal(input_ids, streamed.input_ids)
@@ -52,7 +52,7 @@ def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
 
 def test_built_directory_as_data_source(corpus_dir, tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
-  build.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1)
+  build.build(source, tokenizer, str(tmp_path / 'built'), build.Packing(32), processes=1)
   config = data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32)
   loaded = data.load_tokenizer(config)  # the one saved with the data
   assert loaded.fingerprint == tokenizer.fingerprint and isinstance(loaded, tokenizer_lib.WordPieceTokenizer)
@@ -142,7 +142,8 @@ def test_long_lines(corpus_dir, tokenizer, tmp_path, cache_dir):
   special = tokenizer.special
   assert len(ids) == 1 and int(np.isin(ids, [special.pad, special.cls, special.sep], invert=True).sum()) == 30
   source = data.open_source(text)
-  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1, long_lines='truncate')
+  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), build.Packing(32, long_lines='truncate'),
+                         processes=1)
   assert metadata['long_lines'] == 'truncate' and metadata['num_examples'] == 1
   with pytest.raises(DataError, match='built with long_lines=truncate, but data.long_lines=split'):
     data.load_examples(data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32), tokenizer)

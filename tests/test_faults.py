@@ -343,7 +343,7 @@ def built(tmp_path, corpus_file, cache_dir):
   """A corpus packed into several small ArrayRecord shards, and the run config reading it."""
   source = corpus_lib.TextFiles(corpus_file)
   tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=64, cache_dir=cache_dir))
-  build_lib.build(source, tokenizer, str(tmp_path / 'built'), max_length=32, processes=1, shard_bytes=4096)
+  build_lib.build(source, tokenizer, str(tmp_path / 'built'), build_lib.Packing(32), processes=1, shard_bytes=4096)
   return tmp_path / 'built', config_for(str(tmp_path / 'built'), cache_dir, checkpoint_every=2)
 
 
@@ -351,7 +351,7 @@ def test_rebuilt_dataset_is_refused_on_resume(tmp_path, corpus_file, built):
   directory, config = built
   trainer.train(config, tmp_path / 'run', stop_after=2)
   tokenizer = data.load_tokenizer(data.DataConfig(source=str(directory)))
-  build_lib.build(corpus_lib.TextFiles(corpus_file), tokenizer, str(directory), max_length=32, processes=1,
+  build_lib.build(corpus_lib.TextFiles(corpus_file), tokenizer, str(directory), build_lib.Packing(32), processes=1,
                   shard_bytes=4096, seed=1, overwrite=True)  # other examples (packed with another seed)
   with pytest.raises(data.DataError, match='the corpus changed|other examples than data.source now gives'):
     trainer.train(config, tmp_path / 'run')

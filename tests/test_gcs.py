@@ -76,7 +76,7 @@ def built(tmp_path_factory, corpus_file):
   directory = tmp_path_factory.mktemp('built') / 'data'
   tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=60,
                                                   cache_dir=str(tmp_path_factory.mktemp('cache'))))
-  build.build(corpus.TextFiles(corpus_file), tokenizer, str(directory), max_length=32, processes=1,
+  build.build(corpus.TextFiles(corpus_file), tokenizer, str(directory), build.Packing(32), processes=1,
               shard_bytes=2000)
   return str(directory), tokenizer
 

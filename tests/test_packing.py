@@ -239,7 +239,7 @@ def test_property_real_tokenizer_on_unicode_text(real_tokenizer, lines, seed):
     documents[0].append(list(range(next_id, next_id + len(sentence))))
     next_id += len(sentence)
   _check_nothing_lost_but_the_official_cut(documents, 16, seed)
-  chunk = build.pack_chunk(real_tokenizer, [lines], index=0, seed=seed, max_length=16)
+  chunk = build.pack_chunk(real_tokenizer, [lines], 0, build.Packing(16, seed))
   special = {real_tokenizer.special.cls, real_tokenizer.special.sep, real_tokenizer.special.pad}
   packed = collections.Counter(int(t) for t in chunk.input_ids.ravel() if t not in special)
   given = collections.Counter(t for sentence in ids for t in sentence if t not in special)

@@ -178,8 +178,9 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
   source = open_source(config)
   if split:
     source = split_lib.DocumentSplit(source, config.eval_fraction, split)
-  key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, config.max_seq_length, seed,
-                     build_lib.CHUNK_CHARS, *([config.long_lines] if config.long_lines != 'split' else []))
+  how = build_lib.Packing(config.max_seq_length, seed, config.long_lines)
+  key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, how.max_length, how.seed,
+                     how.chunk_chars, *([how.long_lines] if how.long_lines != 'split' else []))
   # (long_lines='split', the default, is left out of the key: caches packed before the option stay valid.)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
   if os.path.exists(path):
@@ -189,8 +190,7 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
   with report.stage(f'packing {source} into examples of {config.max_seq_length} tokens (once: cached in {path})',
                     done='packed'):
     try:
-      examples = build_lib.pack_in_memory(source, tokenizer, max_length=config.max_seq_length, seed=seed,
-                                          long_lines=config.long_lines, progress=report.is_chief())
+      examples = build_lib.pack_in_memory(source, tokenizer, how, progress=report.is_chief())
     except corpus.EmptyTextError:
       if split != 'eval':
         raise

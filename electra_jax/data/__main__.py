@@ -61,10 +61,9 @@ def build(args):
   build_lib.check_output(args.output, args.overwrite, remote=bool(args.runner))
   source = data.open_source(config)
   tokenizer = data.load_tokenizer(config)
+  how = build_lib.Packing(config.max_seq_length, args.seed, config.long_lines)
   if args.runner:
-    if config.long_lines != 'split':
-      raise data.DataError(f'--long_lines={config.long_lines} is not supported on Beam; leave out --runner')
-    _build_on_beam(args, config, source, tokenizer)
+    _build_on_beam(args, how, source, tokenizer)
     return
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} ({args.processes or os.cpu_count()} '
        'processes)')
@@ -75,24 +74,22 @@ def build(args):
       last[0] = time.time()
       _log(f'  {counts["documents"]} documents -> {counts["examples"]} examples')
 
-  metadata = build_lib.build(source, tokenizer, args.output, max_length=config.max_seq_length, seed=args.seed,
-                             processes=args.processes, overwrite=args.overwrite, long_lines=config.long_lines,
+  metadata = build_lib.build(source, tokenizer, args.output, how, processes=args.processes, overwrite=args.overwrite,
                              progress=progress)
   print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
         f'in {metadata["build_seconds"]} s')
   _print_statistics(metadata['statistics'])
 
 
-def _build_on_beam(args, config, source, tokenizer):
+def _build_on_beam(args, how: build_lib.Packing, source, tokenizer):
   try:
     from electra_jax.data import beam_build  # noqa: PLC0415
   except ImportError as e:
     raise data.DataError(f'--runner={args.runner} needs Apache Beam ({e}): pip install -e ".[beam]"') from None
   _log(f'packing {source} with {tokenizer.model_file} into {args.output} on Beam {args.runner} '
        f'({" ".join(args.pipeline_args) or "no pipeline options"})')
-  metadata = beam_build.build(source, tokenizer, args.output, runner=args.runner, pipeline_args=args.pipeline_args,
-                              max_length=config.max_seq_length, seed=args.seed, processes=args.processes,
-                              overwrite=args.overwrite)
+  metadata = beam_build.build(source, tokenizer, args.output, how, runner=args.runner,
+                              pipeline_args=args.pipeline_args, processes=args.processes, overwrite=args.overwrite)
   print(f'wrote {metadata["num_examples"]} examples in {len(metadata["shards"])} shard(s) to {args.output} '
         f'in {metadata["build_seconds"]} s')
   _print_statistics(metadata['statistics'])

@@ -49,8 +49,8 @@ def first_indices(counts: list[tuple[int, int]]) -> np.ndarray:
 class PackFile(beam.DoFn):
   """(file number, path) -> (chunk index, build.PackedChunk, build.chunk_counts) for each chunk of the file."""
 
-  def __init__(self, tokenizer_dir: str, *, seed: int, max_length: int, chunk_chars: int):
-    self.tokenizer_dir, self.seed, self.max_length, self.chunk_chars = tokenizer_dir, seed, max_length, chunk_chars
+  def __init__(self, tokenizer_dir: str, how: build_lib.Packing):
+    self.tokenizer_dir, self.how = tokenizer_dir, how
 
   def setup(self):
     os.environ['TOKENIZERS_PARALLELISM'] = 'false'  # one thread per worker, as the local build's processes
@@ -58,10 +58,10 @@ class PackFile(beam.DoFn):
 
   def process(self, file, first_chunks):
     number, path = file
-    chunks = build_lib.chunk_documents(corpus.read_documents([path]), self.chunk_chars)
+    chunks = build_lib.chunk_documents(corpus.read_documents([path]), self.how.chunk_chars)
     for index, documents in enumerate(chunks, int(first_chunks[number])):
-      chunk = build_lib.pack_chunk(self.tokenizer, documents, index=index, seed=self.seed, max_length=self.max_length)
-      counts = build_lib.chunk_counts(chunk, self.tokenizer, self.max_length)
+      chunk = build_lib.pack_chunk(self.tokenizer, documents, index, self.how)
+      counts = build_lib.chunk_counts(chunk, self.tokenizer, self.how.max_length)
       # As the shards store them (uint16 ids for a vocabulary up to 65536, uint8 segments): a third of the int32
       # arrays, which a local runner holds in memory until every chunk is packed.
       chunk.input_ids = chunk.input_ids.astype(examples_lib.ids_dtype(self.tokenizer.vocab_size))
@@ -109,22 +109,21 @@ def sum_counts(counts) -> collections.Counter:
   return total
 
 
-def write_manifest(_, shards, counts, *, source, directory: str, max_length: int, seed: int, chunk_chars: int,
-                   started: float, runner: str):
+def write_manifest(_, shards, counts, *, source, directory: str, how: build_lib.Packing, started: float,
+                   runner: str):
   """Writes electra_data.json into `directory` once every shard is there; nothing when no text was packed."""
   counts = collections.Counter(counts)  # Beam's coder may hand a Counter back as a dict
   if not counts['examples']:
     return
   tokenizer = tokenizer_lib.load(directory)
-  metadata = build_lib.manifest(source, tokenizer, max_length=max_length, seed=seed, chunk_chars=chunk_chars,
-                                shards=[entry for _, entry in sorted(shards)], counts=counts, started=started,
-                                runner=runner)
+  metadata = build_lib.manifest(source, tokenizer, how, shards=[entry for _, entry in sorted(shards)], counts=counts,
+                                started=started, runner=runner)
   examples_lib.write_metadata(directory, metadata)
 
 
-def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: str, pipeline_args=(),
-          max_length: int, seed: int = 0, processes: int = 0, overwrite: bool = False,
-          chunk_chars: int = build_lib.CHUNK_CHARS, shard_bytes: int = build_lib.SHARD_BYTES) -> dict:
+def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_lib.Packing, *, runner: str,
+          pipeline_args=(), processes: int = 0, overwrite: bool = False,
+          shard_bytes: int = build_lib.SHARD_BYTES) -> dict:
   """build.build on Beam runner `runner` with its options `pipeline_args` (e.g. ['--project=P', '--region=R']):
   the same shards; returns the metadata written. `processes` is the local runner's worker count (0: one per core).
   """
@@ -152,16 +151,16 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: st
     if remote:
       fileio.write_text(fileio.path(directory) / build_lib.PARTIAL, 'a data build is writing here\n')
     tokenizer.save(directory)
-    record_bytes = max_length * (examples_lib.ids_dtype(tokenizer.vocab_size).itemsize + 1)
+    record_bytes = how.max_length * (examples_lib.ids_dtype(tokenizer.vocab_size).itemsize + 1)
     shard_examples = max(1, shard_bytes // record_bytes)
     with beam.Pipeline(options=PipelineOptions(_runner_flags(runner, processes, pipeline_args))) as pipeline:
       numbered = pipeline | 'files' >> beam.Create(list(enumerate(files))) | 'spread files' >> beam.Reshuffle()
       first_chunks = (numbered
-                      | 'count chunks' >> beam.Map(lambda file: (file[0], count_chunks(file[1], chunk_chars)))
+                      | 'count chunks' >> beam.Map(lambda file: (file[0], count_chunks(file[1], how.chunk_chars)))
                       | 'all chunk counts' >> beam.combiners.ToList()
                       | 'first chunks' >> beam.Map(first_indices))
       packed = numbered | 'pack' >> beam.ParDo(
-          PackFile(directory, seed=seed, max_length=max_length, chunk_chars=chunk_chars),
+          PackFile(directory, how),
           first_chunks=beam.pvalue.AsSingleton(first_chunks))
       first_examples = (packed
                         | 'example counts' >> beam.Map(lambda p: (p[0], p[2]['examples']))
@@ -172,14 +171,13 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, *, runner: st
                 | 'cut into shards' >> beam.FlatMap(shard_pieces, beam.pvalue.AsSingleton(first_examples),
                                                     shard_examples)
                 | 'group shards' >> beam.GroupByKey()
-                | 'write shards' >> beam.ParDo(WriteShard(directory, max_length=max_length,
+                | 'write shards' >> beam.ParDo(WriteShard(directory, max_length=how.max_length,
                                                           vocab_size=tokenizer.vocab_size,
                                                           shard_examples=shard_examples)))
       _ = (pipeline
            | 'once' >> beam.Create([None])
            | 'manifest' >> beam.Map(write_manifest, beam.pvalue.AsList(shards), beam.pvalue.AsSingleton(counts),
-                                    source=source, directory=directory, max_length=max_length, seed=seed,
-                                    chunk_chars=chunk_chars, started=started, runner=runner))
+                                    source=source, directory=directory, how=how, started=started, runner=runner))
     if not examples_lib.is_built(directory):
       raise corpus.no_text(source)
     metadata = examples_lib.read_metadata(directory)

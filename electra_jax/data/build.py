@@ -3,8 +3,8 @@
 Documents are grouped, in order, into chunks of about `chunk_chars` characters (at document boundaries; a file's end
 also ends a chunk, so that each file's chunks can be counted and packed apart, see beam.py); chunk i is tokenized
 and packed on its own with `random.Random(f'{seed}:{i}')`. The examples therefore depend only on the
-text, the tokenizer, max_length, the seed and the chunk size, never on how many processes pack them: `pack_source`
-(the in-memory path) and `build` (the on-disk path) produce the same examples in the same order.
+text, the tokenizer and the `Packing` (max_length, seed, long_lines, chunk size), never on how many processes pack
+them: `pack_source` (the in-memory path) and `build` (the on-disk path) produce the same examples in the same order.
 """
 
 import collections
@@ -31,6 +31,15 @@ from electra_jax.data.tokenizer import Tokenizer
 CHUNK_CHARS = 1 << 20
 SHARD_BYTES = 64 << 20
 PARTIAL = '.electra_data.partial'  # in a gs:// output while it is built: --overwrite may remove what a failed job left
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+  """How text becomes examples, besides the tokenizer: what a build's manifest records and a cache's key holds."""
+  max_length: int
+  seed: int = 0
+  long_lines: str = 'split'  # a line longer than an example: packing.LONG_LINES
+  chunk_chars: int = CHUNK_CHARS
 
 
 @dataclasses.dataclass
@@ -63,16 +72,15 @@ def source_chunks(source, chunk_chars: int = CHUNK_CHARS) -> Iterator[list[list[
   return (chunk for path in files for chunk in chunk_documents(corpus.read_documents([path]), chunk_chars))
 
 
-def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], *, index: int, seed: int, max_length: int,
-               long_lines: str = 'split') -> PackedChunk:
+def pack_chunk(tokenizer: Tokenizer, documents: list[list[str]], index: int, how: Packing) -> PackedChunk:
   """Tokenizes (one batched call) and packs chunk number `index`."""
   ids = tokenizer.encode([line for document in documents for line in document])
   tokenized, start = [], 0
   for document in documents:
     tokenized.append(ids[start:start + len(document)])
     start += len(document)
-  input_ids, segment_ids = packing.pack_documents(tokenized, tokenizer.special, max_length, seed=f'{seed}:{index}',
-                                                  long_lines=long_lines)
+  input_ids, segment_ids = packing.pack_documents(tokenized, tokenizer.special, how.max_length,
+                                                  seed=f'{how.seed}:{index}', long_lines=how.long_lines)
   return PackedChunk(input_ids, segment_ids, len(documents), sum(len(sentence) for sentence in ids))
 
 
@@ -86,24 +94,21 @@ def _init_worker(tokenizer: Tokenizer):
 
 
 def _pack_in_worker(args) -> PackedChunk:
-  index, documents, seed, max_length, long_lines = args
-  return pack_chunk(_worker_tokenizer, documents, index=index, seed=seed, max_length=max_length,
-                    long_lines=long_lines)
+  return pack_chunk(_worker_tokenizer, *args)
 
 
-def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
-                chunk_chars: int = CHUNK_CHARS, long_lines: str = 'split') -> Iterator[PackedChunk]:
+def pack_source(source, tokenizer: Tokenizer, how: Packing, processes: int = 1) -> Iterator[PackedChunk]:
   """Packed chunks of `source` (a corpus.TextFiles or TfdsText) in order, packed by `processes` processes.
 
   This process reads the text; with processes > 1, worker processes tokenize and pack, a bounded number of chunks
   ahead so memory stays flat on any corpus size.
   """
-  tasks = ((i, chunk, seed, max_length, long_lines) for i, chunk in enumerate(source_chunks(source, chunk_chars)))
+  tasks = ((chunk, i, how) for i, chunk in enumerate(source_chunks(source, how.chunk_chars)))
   first = list(itertools.islice(tasks, 2))
   tasks = itertools.chain(first, tasks)
   if processes <= 1 or len(first) < 2:  # one chunk: not worth starting processes
-    for index, chunk, *_ in tasks:
-      yield pack_chunk(tokenizer, chunk, index=index, seed=seed, max_length=max_length, long_lines=long_lines)
+    for task in tasks:
+      yield pack_chunk(tokenizer, *task)
     return
   # Each worker tokenizes single-threaded: the processes are the parallelism.
   worker_tokenizer = type(tokenizer)(tokenizer.model_file, tokenizer.lowercase, 1)
@@ -119,16 +124,14 @@ def pack_source(source, tokenizer: Tokenizer, *, max_length: int, seed: int, pro
       yield pending.popleft().get()
 
 
-def pack_in_memory(source, tokenizer: Tokenizer, *, max_length: int, seed: int, processes: int = 1,
-                   chunk_chars: int = CHUNK_CHARS, long_lines: str = 'split',
+def pack_in_memory(source, tokenizer: Tokenizer, how: Packing, processes: int = 1,
                    progress: bool = False) -> examples_lib.InMemoryExamples:
   """All examples of `source` in memory (the streaming path for small corpora); `progress` shows a bar of the
   chunks, documents and examples packed so far on stderr."""
   chunks, documents, examples = [], 0, 0
   with tqdm.tqdm(desc='packing', bar_format='{desc}: {n} chunks of text [{elapsed}{postfix}]', disable=not progress,
                  mininterval=0.5 if sys.stderr.isatty() else 30.0) as bar:
-    for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
-                             chunk_chars=chunk_chars, long_lines=long_lines):
+    for chunk in pack_source(source, tokenizer, how, processes):
       documents, examples = documents + chunk.documents, examples + len(chunk.input_ids)
       bar.set_postfix(documents=documents, examples=examples, refresh=False)
       bar.update(1)
@@ -148,11 +151,11 @@ def chunk_counts(chunk: PackedChunk, tokenizer: Tokenizer, max_length: int) -> c
                              tokens=stats.tokens, content=stats.content, unknown=stats.unknown, single=stats.single)
 
 
-def manifest(source, tokenizer: Tokenizer, *, max_length: int, seed: int, chunk_chars: int, shards: list[dict],
-             counts: collections.Counter, started: float, **how) -> dict:
-  """The metadata of a built directory (electra_data.json) from its shards and the summed `chunk_counts`; `how`
-  records how it was built (processes, runner)."""
-  stats = examples_lib.Statistics(tokenizer.special, max_length)
+def manifest(source, tokenizer: Tokenizer, how: Packing, *, shards: list[dict], counts: collections.Counter,
+             started: float, **builder) -> dict:
+  """The metadata of a built directory (electra_data.json) from its shards and the summed `chunk_counts`; `builder`
+  records what built it (processes, runner)."""
+  stats = examples_lib.Statistics(tokenizer.special, how.max_length)
   for name in ('examples', 'tokens', 'content', 'unknown', 'single'):
     setattr(stats, name, counts[name])
   statistics = stats.result()
@@ -161,14 +164,15 @@ def manifest(source, tokenizer: Tokenizer, *, max_length: int, seed: int, chunk_
                     skipped=dict(source.skipped))
   return {
       'format': examples_lib.FORMAT, 'version': examples_lib.VERSION,
-      'max_seq_length': max_length, 'num_examples': counts['examples'],
+      'max_seq_length': how.max_length, 'num_examples': counts['examples'],
       'ids_dtype': examples_lib.ids_dtype(tokenizer.vocab_size).name,
-      'shards': shards, 'seed': seed, 'chunk_chars': chunk_chars, 'source': str(source),
+      'shards': shards, 'seed': how.seed, 'chunk_chars': how.chunk_chars, 'long_lines': how.long_lines,
+      'source': str(source),
       'source_fingerprint': source.fingerprint(),
       'tokenizer': {'type': tokenizer.kind, 'file': tokenizer.file_name, 'fingerprint': tokenizer.fingerprint,
                     'vocab_size': tokenizer.vocab_size, 'lowercase': tokenizer.lowercase},
       'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-      'build_seconds': round(time.time() - started, 1), **how, 'statistics': statistics,
+      'build_seconds': round(time.time() - started, 1), **builder, 'statistics': statistics,
   }
 
 
@@ -200,9 +204,8 @@ def check_output(output: str, overwrite: bool, remote: bool = False):
       raise DataError(f'{output} exists and is not a directory; choose another --output')
 
 
-def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: int = 0, processes: int = 0,
-          overwrite: bool = False, chunk_chars: int = CHUNK_CHARS, shard_bytes: int = SHARD_BYTES,
-          long_lines: str = 'split', progress=None) -> dict:
+def build(source, tokenizer: Tokenizer, output: str, how: Packing, *, processes: int = 0, overwrite: bool = False,
+          shard_bytes: int = SHARD_BYTES, progress=None) -> dict:
   """Packs `source` into ArrayRecord shards under `output` (see examples.py); returns the metadata written.
 
   The shards are written to a temporary directory beside `output`, renamed into place only when complete.
@@ -220,21 +223,19 @@ def build(source, tokenizer: Tokenizer, output: str, *, max_length: int, seed: i
   try:
     tokenizer.save(tmp)
     ids_dtype = examples_lib.ids_dtype(tokenizer.vocab_size)
-    record_bytes = max_length * (ids_dtype.itemsize + 1)
-    writer = examples_lib.ShardWriter(tmp, max_length=max_length, vocab_size=tokenizer.vocab_size,
+    record_bytes = how.max_length * (ids_dtype.itemsize + 1)
+    writer = examples_lib.ShardWriter(tmp, max_length=how.max_length, vocab_size=tokenizer.vocab_size,
                                       shard_examples=max(1, shard_bytes // record_bytes))
     counts = collections.Counter()
-    for chunk in pack_source(source, tokenizer, max_length=max_length, seed=seed, processes=processes,
-                             chunk_chars=chunk_chars, long_lines=long_lines):
+    for chunk in pack_source(source, tokenizer, how, processes):
       writer.write(chunk.input_ids, chunk.segment_ids)
-      counts.update(chunk_counts(chunk, tokenizer, max_length))
+      counts.update(chunk_counts(chunk, tokenizer, how.max_length))
       if progress:
         progress(dict(counts))
     shards = writer.close()
     if not counts['examples']:
       raise corpus.no_text(source)
-    metadata = manifest(source, tokenizer, max_length=max_length, seed=seed, chunk_chars=chunk_chars, shards=shards,
-                        counts=counts, started=started, processes=processes, long_lines=long_lines)
+    metadata = manifest(source, tokenizer, how, shards=shards, counts=counts, started=started, processes=processes)
     examples_lib.write_metadata(tmp, metadata)
     examples_lib.ArrayRecordExamples(tmp)  # checks that every shard reads back with its count
     if os.path.exists(output):
