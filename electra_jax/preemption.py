@@ -19,9 +19,11 @@ finishes a write, with that write's step, which would record a step some hosts h
 keeps orbax out of it). A hand-made alternative, an all-gather of a stop flag every step, would also be correct,
 but it is a collective the host waits for after every step, behind the step itself (one scalar, but the host
 could not dispatch the next step ahead); the sync manager costs nothing until a notice arrives. Its protocol
-counts the calls of this invocation (steps since start or resume, the same on every host): a notice that arrives
-before the loop (loading data, restoring, the first compile) sets the stop at call 1, i.e. after the first step,
-which a global step number would never match.
+counts the calls of this process (the steps it has run since it started, the same on every host, across
+fine-tuning's seeds): a notice that arrives before the loop (loading data, restoring, the first compile) sets the
+stop at call 1, i.e. after the first step, which a global step number would never match; one that arrives between
+two seeds sets it at the next seed's first step, which a count restarted for each seed would never reach (the run
+would go on to its end).
 
 A Python SIGTERM handler would replace the C++ one (and could not put it back), so with several processes SIGTERM
 is left to jax; SIGINT is re-raised as a SIGTERM so that it goes the same way.
@@ -38,17 +40,19 @@ errors ... another task died" and abort (status 134) instead of waiting for the 
 or a host that stops with an error, ends the others at once with one line (hosts.Watch, entered by cli.run).
 """
 
+import itertools
 import signal
 
 import jax
 from jax.experimental import multihost_utils
 
+_calls = itertools.count(1)  # should_stop's calls in this process: jax's sync point counts them (module docstring)
+
 
 class StopSignal:
   """Turns SIGTERM/SIGINT on any host into one step at which every host stops (`should_stop`).
 
-  Use as a context manager around the loop, and call `should_stop(n)` once after every step on every host, with n
-  the number of steps this invocation has run (1, 2, ...).
+  Use as a context manager around the loop, and call `should_stop()` once after every step on every host.
   """
 
   def __init__(self):
@@ -68,10 +72,10 @@ class StopSignal:
     if self.multihost:
       signal.raise_signal(signal.SIGTERM)  # to jax's notifier, which tells the other hosts
 
-  def should_stop(self, steps_run: int) -> bool:
+  def should_stop(self) -> bool:
     """True on every host after the same step, once a stop signal reached any of them."""
     if self.multihost:
-      return multihost_utils.reached_preemption_sync_point(steps_run)
+      return multihost_utils.reached_preemption_sync_point(next(_calls))
     return self.received is not None
 
   def reason(self) -> str:

@@ -90,7 +90,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         log.add(step, step_metrics)
         profiler.after_step(step, state)
         evaluated = evaluator(step, state)  # its time paused out of the throughput's timer
-        stopping = stop.should_stop(step - start)
+        stopping = stop.should_stop()
         if scaffold.itstime(step, c.log_every, end):
           log.write(step, evaluated)
         elif evaluated:

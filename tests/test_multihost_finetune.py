@@ -135,6 +135,28 @@ def test_two_processes_stopped_by_sigterm_and_resumed_fine_tune_as_one(tmp_path,
   assert '| **median** |' in resumed.output(0) and '| **median** |' not in resumed.output(1)
 
 
+def test_a_sigterm_between_seeds_stops_both_processes_at_the_next_seeds_first_step(tmp_path, task, pretrained,
+                                                                                  one_process):
+  """SIGTERM to process 1 while both processes are between seed 0's steps and its scoring (held there by
+  tests/hooks): both stop after seed 1's first step, each with its line, and exit with status 0. jax's sync point
+  is the largest count of steps run plus one; when the count restarted for each seed, the next seed never reached
+  it and the run went on to its end."""
+  del one_process  # after it (compiled)
+  hold = tmp_path / 'hold'
+  hold.mkdir()
+  run = Run(tmp_path / 'run', 2, task, pretrained, env={'ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS': str(hold)})
+  run.wait_for(lambda: all((hold / f'between.{i}').exists() for i in range(2)))
+  run.procs[1].send_signal(signal.SIGTERM)
+  time.sleep(5)  # jax's notifier looks once a second; the hosts then agree on the stop step in milliseconds
+  (hold / 'release').touch()
+  assert run.finish(STOP_WITHIN) == [0, 0], run.tails()
+  saved = [SAVED.findall(run.output(i)) for i in range(2)]
+  assert saved == [[('1', '1')], [('1', '1')]], run.tails()
+  seeds = os.path.join(run.workdir, 'seeds')
+  assert os.path.exists(os.path.join(seeds, '0', 'result.json'))
+  assert os.listdir(os.path.join(seeds, '1', 'checkpoints')) == ['1']
+
+
 def test_a_nan_loss_on_every_process_ends_each_with_the_same_line_at_once(tmp_path, task, pretrained, one_process):
   """A learning rate that overflows the parameters: every process reads the same NaN loss at the same step, and
   process 1 raises its error 2 s after process 0 (tests/hooks). Each stops with its own line, the same on each: told

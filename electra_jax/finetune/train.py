@@ -270,7 +270,7 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
           total = None
         if c.eval_every and evaluate_dev and step % c.eval_every == 0 and step < run.total_steps:
           writer.write(step, evaluate_dev(state.params))
-        interrupted = ((stop.should_stop(step - start) and stop.reason())
+        interrupted = ((stop.should_stop() and stop.reason())
                        or (step == end < run.total_steps and 'stopped'))
         if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
           checkpointer.save(step, state, {'step': step})

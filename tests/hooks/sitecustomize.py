@@ -9,6 +9,8 @@ one of these is set:
   full disk of its own (OSError ENOSPC in its background commit).
 - ELECTRA_JAX_TEST_LATE_ERROR=PROCESS:SECONDS makes process PROCESS raise each TrainingError SECONDS later than it
   would (a host a moment behind the others on its way to the same error).
+- ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS=DIR holds every process after its first fine-tuning seed's steps, before that
+  seed's dev set is scored, until DIR/release exists; DIR/between.<process index> says it holds.
 
 The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
 for before the processes agree the step is complete.
@@ -18,6 +20,7 @@ import os
 
 _HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('ELECTRA_JAX_TEST_FAIL_WRITE')
 _LATE = os.environ.get('ELECTRA_JAX_TEST_LATE_ERROR')
+_BETWEEN = os.environ.get('ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS')
 
 
 def _install():
@@ -97,3 +100,30 @@ def _install_late_error():
 
 if _LATE:
   _install_late_error()
+
+
+def _install_hold_between_seeds():
+  import sys  # noqa: PLC0415
+  import time  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  from electra_jax.finetune import train  # noqa: PLC0415
+
+  real, held = train.evaluate, []
+
+  def evaluate(*args, dev_only=False, **kwargs):
+    if not dev_only and not held:  # the end of the first seed trained (dev_only: a scoring during the steps)
+      held.append(True)
+      with open(os.path.join(_BETWEEN, f'between.{jax.process_index()}'), 'w', encoding='utf-8'):
+        pass
+      deadline = time.time() + 600
+      while not os.path.exists(os.path.join(_BETWEEN, 'release')) and time.time() < deadline:
+        time.sleep(0.02)
+    return real(*args, dev_only=dev_only, **kwargs)
+
+  train.evaluate = evaluate
+
+
+if _BETWEEN:
+  _install_hold_between_seeds()
