@@ -351,8 +351,8 @@ def test_rebuilt_dataset_is_refused_on_resume(tmp_path, corpus_file, built):
   directory, config = built
   trainer.train(config, tmp_path / 'run', stop_after=2)
   tokenizer = data.load_tokenizer(data.DataConfig(source=str(directory)))
-  build_lib.build(corpus_lib.TextFiles(corpus_file), tokenizer, str(directory), build_lib.Packing(32), processes=1,
-                  shard_bytes=4096, seed=1, overwrite=True)  # other examples (packed with another seed)
+  build_lib.build(corpus_lib.TextFiles(corpus_file), tokenizer, str(directory), build_lib.Packing(32, seed=1),
+                  processes=1, shard_bytes=4096, overwrite=True)  # other examples (packed with another seed)
   with pytest.raises(data.DataError, match='the corpus changed|other examples than data.source now gives'):
     trainer.train(config, tmp_path / 'run')
 
