@@ -134,6 +134,16 @@ def for_this_platform(model) -> dict[str, str]:
 TYINGS = ('embeddings', 'none', 'all', 'gdes')
 
 
+def _check_ranges(section: str, values, *, positive=(), not_negative=(), probability=()):
+  """Raises ConfigError for the first of `values`' fields out of its range: > 0, >= 0, or in [0, 1)."""
+  for names, holds, wanted in ((positive, lambda v: v > 0, 'positive'),
+                               (not_negative, lambda v: v >= 0, 'at least 0'),
+                               (probability, lambda v: 0 <= v < 1, 'in [0, 1)')):
+    for name in names:
+      if not holds(getattr(values, name)):
+        raise ConfigError(f'{section}.{name} must be {wanted}, got {getattr(values, name)}')
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Sizes of the shared embeddings and of the two Transformer towers."""
@@ -172,12 +182,22 @@ class ModelConfig:
                         f'{self.dropout_draw!r}')
     for key, value in for_this_platform(vars(self)).items():
       object.__setattr__(self, key, value)
+    _check_ranges('model', self, positive=('embedding_size', 'hidden_size', 'num_layers', 'num_heads',
+                                           'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
+                                           'generator_hidden_fraction', 'generator_layers_fraction',
+                                           'initializer_range', 'layer_norm_eps'),
+                  not_negative=('vocab_size',), probability=('dropout_rate', 'attention_dropout_rate'))
     if self.attention in ('cudnn', 'xla') and self.attention_dropout_rate > 0:
       raise ConfigError(f'model.attention={self.attention!r} (jax.nn.dot_product_attention) has no attention dropout: '
                         f'set model.attention_dropout_rate=0, or model.attention=einsum to keep '
                         f'{self.attention_dropout_rate}')
     if self.hidden_size % self.num_heads:
       raise ConfigError(f'model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}')
+    generator = self.tower(True)
+    if generator.hidden_size < 1 or generator.hidden_size % generator.num_heads:
+      raise ConfigError(f'model.generator_hidden_fraction={self.generator_hidden_fraction} gives a generator of '
+                        f'{generator.hidden_size} hidden units, which its {generator.num_heads} heads (hidden // 64, '
+                        'the official rule) do not divide: choose another fraction')
     if self.tying not in TYINGS:
       raise ConfigError(f'model.tying must be one of {", ".join(map(repr, TYINGS))}, got {self.tying!r}')
     if self.tying == 'all' and not self.same_size_generator():
@@ -296,6 +316,10 @@ class AdamConfig:
   clip_norm: float = 1.0
   bias_correction: bool = False
 
+  def __post_init__(self):
+    _check_ranges('optimizer', self, positive=('eps', 'clip_norm'), not_negative=('weight_decay',),
+                  probability=('b1', 'b2'))
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(AdamConfig):
@@ -303,10 +327,15 @@ class OptimizerConfig(AdamConfig):
   learning_rate: float = 5e-4
   warmup_steps: int = 10000
 
+  def __post_init__(self):
+    super().__post_init__()
+    _check_ranges('optimizer', self, positive=('learning_rate',), not_negative=('warmup_steps',))
+
 
 # data.tokenizer_type: the tokenizers `electra_jax.data.tokenizer` trains.
 TOKENIZER_TYPES = ('unigram', 'bpe', 'wordpiece')
 LONG_LINES = ('split', 'truncate')  # data.long_lines: see electra_jax.data.packing
+MIN_SEQ_LENGTH = 8  # the shortest examples electra_jax.data.packing builds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,6 +361,9 @@ class DataConfig:
                       f'got {self.tokenizer_type!r}')
     if self.long_lines not in LONG_LINES:
       raise DataError(f'data.long_lines must be one of {", ".join(LONG_LINES)}, got {self.long_lines!r}')
+    if self.max_seq_length < MIN_SEQ_LENGTH:
+      raise DataError(f'data.max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B [SEP] with room for '
+                      f'text), got {self.max_seq_length}')
     if not 0 <= self.eval_fraction < 1:
       raise DataError(f'data.eval_fraction must be in [0, 1) (0: hold nothing out), got {self.eval_fraction}')
     if self.eval_fraction and self.eval_source:
@@ -410,6 +442,9 @@ class TrainConfig:
     object.__setattr__(self, 'save_steps', tuple(self.save_steps))  # a list when read back from config.json
     self._check_evaluation()
     self.profile_range()  # refuses a malformed profile_steps before anything runs
+    if self.data.max_seq_length > self.model.max_position_embeddings:
+      raise ConfigError(f'data.max_seq_length={self.data.max_seq_length} exceeds model.max_position_embeddings='
+                        f'{self.model.max_position_embeddings}: lower the first or raise the second')
     if self.batch_size % self.grad_accum_steps:
       raise ConfigError(f'batch_size {self.batch_size} is not divisible by grad_accum_steps {self.grad_accum_steps}')
     if self.init_checkpoint and self.objective.name == 'electra_frozen':

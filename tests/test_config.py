@@ -13,6 +13,7 @@ import pytest
 
 from electra_jax import config as config_lib
 from electra_jax import sharding
+from electra_jax.errors import UserError
 from electra_jax.finetune import config as finetune_config
 from configs import default
 from helpers import override  # pylint: disable=g-bad-import-order
@@ -161,6 +162,31 @@ SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminat
 def test_variant_errors(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.load(_values(**overrides), vocab_size=100)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    # Each of these trained before: a NaN at step 1 blamed on the learning rate, a traceback, or silently wrong.
+    ({'data__max_seq_length': 256, 'model__max_position_embeddings': 128},
+     'data.max_seq_length=256 exceeds model.max_position_embeddings=128'),  # NaN: positions past the table
+    ({'data__max_seq_length': 4}, r'data.max_seq_length must be at least 8'),  # a traceback from packing
+    ({'model__hidden_size': 0}, 'model.hidden_size must be positive, got 0'),  # ZeroDivisionError
+    ({'model__dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\), got 1.5'),  # NaN
+    ({'model__hidden_size': 800, 'model__num_heads': 8}, 'a generator of 200 hidden units, which its 3 heads'),
+    ({'optimizer__learning_rate': -1.0}, 'optimizer.learning_rate must be positive'),  # gradient ascent
+    ({'optimizer__warmup_steps': -5}, 'optimizer.warmup_steps must be at least 0'),  # a negative learning rate
+    ({'optimizer__clip_norm': 0.0}, 'optimizer.clip_norm must be positive'),  # every update zero
+    ({'optimizer__b2': 1.0}, r'optimizer.b2 must be in \[0, 1\)'),
+])
+def test_values_out_of_range_are_one_line(overrides, message):
+  with pytest.raises(UserError, match=message):
+    config_lib.load(_values(**overrides), vocab_size=100)
+
+
+def test_fine_tuning_refuses_a_negative_learning_rate():
+  values = importlib.import_module('configs.finetune').get_config()
+  values.optimizer.learning_rate = -1e-4
+  with pytest.raises(config_lib.ConfigError, match="or 0 for the paper's value"):
+    finetune_config.load(values)
 
 
 @pytest.mark.parametrize('overrides', [

@@ -28,7 +28,7 @@ def own_run(tmp_path_factory, corpus_file, cache_dir):
   workdir = str(tmp_path_factory.mktemp('run'))
   config = default.get_config()
   config.model.update(MODEL)
-  config.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir)
+  config.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir, max_seq_length=24)
   with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(config.to_dict(), f)
   shutil.copyfile(tokenizer.model_file, os.path.join(workdir, 'tokenizer.model'))

@@ -3,6 +3,7 @@
 import os
 import pickle
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -214,6 +215,18 @@ def test_an_empty_corpus_says_so_and_leaves_no_tokenizer_directory(kind, vocab_s
     data.load_tokenizer(config)
   assert str(error.value) == tokenizer_lib.NO_TEXT
   assert not [name for name in os.listdir(tmp_path / 'cache') if name.startswith('tokenizer-')]
+
+
+@pytest.mark.parametrize('vocab_size, advice', [
+    (5000, r'set data\.vocab_size to (\d+) or less'),  # more pieces than the text holds
+    (8, r'set data\.vocab_size to (\d+) or more'),  # fewer pieces than its characters and the special ones
+])
+def test_a_vocabulary_the_corpus_cannot_fill_says_which_way_to_move(lines, tmp_path, vocab_size, advice):
+  with pytest.raises(DataError, match=advice) as error:
+    tokenizer_lib.train(lines[:200], str(tmp_path / 'tok'), vocab_size=vocab_size, kind='unigram')
+  bound = int(re.search(advice, str(error.value))[1])
+  assert (bound < vocab_size) == (vocab_size == 5000)
+  tokenizer_lib.train(lines[:200], str(tmp_path / 'ok'), vocab_size=bound, kind='unigram')  # the bound trains
 
 
 def test_an_interrupted_training_leaves_no_directory_and_stops_in_one_line(lines, tmp_path, capsys):

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -318,9 +319,20 @@ def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase
   if trained.returncode:
     why = (trained.stderr.strip().splitlines() or [f'exit status {trained.returncode}'])[-1]
     why = why.removeprefix('RuntimeError: ').rstrip('.')
-    raise DataError(f'training the SentencePiece tokenizer failed: {why}. A small corpus supports only a small '
-                    'vocabulary: lower data.vocab_size')
+    raise DataError(f'training the SentencePiece tokenizer failed: {why}. {_vocabulary_advice(why)}')
   return SentencePieceTokenizer(os.path.join(directory, 'spm.model'), lowercase)
+
+
+def _vocabulary_advice(why: str) -> str:
+  """What to do about SentencePiece's failure `why`: its two vocabulary-size errors name the bound."""
+  most = re.search(r'set it to a value <= (\d+)', why)
+  if most:
+    return f'A small corpus supports only a small vocabulary: set data.vocab_size to {most[1]} or less'
+  least = re.search(r'smaller than required_chars\. \d+ vs (\d+)', why)
+  if least:
+    return (f'Every character of the corpus and the special pieces need a piece of their own: set data.vocab_size '
+            f'to {least[1]} or more')
+  return 'Check data.vocab_size against the corpus'
 
 
 def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:

@@ -27,6 +27,10 @@ class OptimizerConfig(config_lib.AdamConfig):
   warmup_fraction: float = 0.1
 
   def __post_init__(self):
+    super().__post_init__()
+    if self.learning_rate < 0:
+      raise ConfigError(f'optimizer.learning_rate must be positive, or 0 for the paper\'s value for the model\'s '
+                        f'width; got {self.learning_rate}')
     if not 0 <= self.warmup_fraction < 1:
       raise ConfigError(f'optimizer.warmup_fraction must be in [0, 1), got {self.warmup_fraction}')
     if not 0 <= self.layerwise_lr_decay <= 1:
