@@ -134,14 +134,15 @@ def for_this_platform(model) -> dict[str, str]:
 TYINGS = ('embeddings', 'none', 'all', 'gdes')
 
 
-def _check_ranges(section: str, values, *, positive=(), not_negative=(), probability=()):
-  """Raises ConfigError for the first of `values`' fields out of its range: > 0, >= 0, or in [0, 1)."""
+def check_ranges(prefix: str, values, *, positive=(), not_negative=(), probability=()):
+  """Raises ConfigError for the first of `values`' fields out of its range: > 0, >= 0, or in [0, 1); `prefix`
+  ('model.', 'config key ') comes before the field's name in the message."""
   for names, holds, wanted in ((positive, lambda v: v > 0, 'positive'),
                                (not_negative, lambda v: v >= 0, 'at least 0'),
                                (probability, lambda v: 0 <= v < 1, 'in [0, 1)')):
     for name in names:
       if not holds(getattr(values, name)):
-        raise ConfigError(f'{section}.{name} must be {wanted}, got {getattr(values, name)}')
+        raise ConfigError(f'{prefix}{name} must be {wanted}, got {getattr(values, name)}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +183,7 @@ class ModelConfig:
                         f'{self.dropout_draw!r}')
     for key, value in for_this_platform(vars(self)).items():
       object.__setattr__(self, key, value)
-    _check_ranges('model', self, positive=('embedding_size', 'hidden_size', 'num_layers', 'num_heads',
+    check_ranges('model.', self, positive=('embedding_size', 'hidden_size', 'num_layers', 'num_heads',
                                            'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
                                            'generator_hidden_fraction', 'generator_layers_fraction',
                                            'initializer_range', 'layer_norm_eps'),
@@ -317,7 +318,7 @@ class AdamConfig:
   bias_correction: bool = False
 
   def __post_init__(self):
-    _check_ranges('optimizer', self, positive=('eps', 'clip_norm'), not_negative=('weight_decay',),
+    check_ranges('optimizer.', self, positive=('eps', 'clip_norm'), not_negative=('weight_decay',),
                   probability=('b1', 'b2'))
 
 
@@ -329,7 +330,7 @@ class OptimizerConfig(AdamConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    _check_ranges('optimizer', self, positive=('learning_rate',), not_negative=('warmup_steps',))
+    check_ranges('optimizer.', self, positive=('learning_rate',), not_negative=('warmup_steps',))
 
 
 # data.tokenizer_type: the tokenizers `electra_jax.data.tokenizer` trains.

@@ -182,11 +182,14 @@ def test_values_out_of_range_are_one_line(overrides, message):
     config_lib.load(_values(**overrides), vocab_size=100)
 
 
-def test_fine_tuning_refuses_a_negative_learning_rate():
+@pytest.mark.parametrize('key, value, message', [
+    ('optimizer.learning_rate', -1e-4, "or 0 for the paper's value"),
+    ('head_dropout', 2.0, r'config key head_dropout must be in \[0, 1\), got 2.0'),  # trained to garbage before
+])
+def test_fine_tuning_refuses_values_out_of_range(key, value, message):
   values = importlib.import_module('configs.finetune').get_config()
-  values.optimizer.learning_rate = -1e-4
-  with pytest.raises(config_lib.ConfigError, match="or 0 for the paper's value"):
-    finetune_config.load(values)
+  with pytest.raises(config_lib.ConfigError, match=message):
+    finetune_config.load(override(values, {key: value}))
 
 
 @pytest.mark.parametrize('overrides', [

@@ -85,6 +85,7 @@ class FinetuneConfig:
     if self.init_step < 0 or self.max_train_examples < 0:
       raise ConfigError('config keys init_step and max_train_examples must be >= 0 (0: the latest step, all '
                         'examples)')
+    config_lib.check_ranges('config key ', self, probability=('head_dropout',))
     if self.eval_every < 0:
       raise ConfigError(f'config key eval_every must be >= 0 (0: score the dev set only at the end), got '
                         f'{self.eval_every}')
