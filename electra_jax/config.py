@@ -362,6 +362,8 @@ class DataConfig:
                       f'got {self.tokenizer_type!r}')
     if self.long_lines not in LONG_LINES:
       raise DataError(f'data.long_lines must be one of {", ".join(LONG_LINES)}, got {self.long_lines!r}')
+    if self.vocab_size <= 0:
+      raise DataError(f'data.vocab_size must be positive (the size of a tokenizer trained here), got {self.vocab_size}')
     if self.max_seq_length < MIN_SEQ_LENGTH:
       raise DataError(f'data.max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B [SEP] with room for '
                       f'text), got {self.max_seq_length}')

@@ -169,6 +169,7 @@ def test_variant_errors(overrides, message):
     ({'data__max_seq_length': 256, 'model__max_position_embeddings': 128},
      'data.max_seq_length=256 exceeds model.max_position_embeddings=128'),  # NaN: positions past the table
     ({'data__max_seq_length': 4}, r'data.max_seq_length must be at least 8'),  # a traceback from packing
+    ({'data__vocab_size': 0}, 'data.vocab_size must be positive'),  # SentencePiece's own check, with no advice
     ({'model__hidden_size': 0}, 'model.hidden_size must be positive, got 0'),  # ZeroDivisionError
     ({'model__dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\), got 1.5'),  # NaN
     ({'model__hidden_size': 800, 'model__num_heads': 8}, 'a generator of 200 hidden units, which its 3 heads'),
