@@ -143,9 +143,8 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     line, everyone = f'error: {fileio.describe(e)}', False
   except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
-    print('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
-          file=sys.stderr)
-    sys.exit(130)  # the shell's status for a SIGINT
+    hosts.exit_with('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
+                    status=130)  # the shell's status for a SIGINT; in a multi-host run the others stop too
   # Exit status 1; in a multi-host run every other process stops too (told unless it raises the same error itself:
   # then each prints its own line, and which one a process prints is no race).
   hosts.exit_with(line, tell_others=not everyone)

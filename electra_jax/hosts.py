@@ -87,11 +87,11 @@ class Watch:
 _current: Watch | None = None
 
 
-def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
-  """Prints `line` on stderr and exits with status 1. While the steps of a multi-host run go on (a `Watch`), it
-  exits without jax's shutdown, after giving `line` to every other process (`tell_others`; not when every process
-  stops with this line itself, or was told it), which print it and exit too; without the `coordinator` (process 0
-  gone) at once, before jax's agent aborts the process."""
+def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, status: int = 1):
+  """Prints `line` on stderr and exits with `status` (1: an error; 130: Ctrl-C). In a multi-host run (a `Watch`),
+  it exits without jax's shutdown, after giving `line` to every other process (`tell_others`; not when every
+  process stops with this line itself, or was told it), which print it and exit too (status 1); without the
+  `coordinator` (process 0 gone) at once, before jax's agent aborts the process."""
   if not _exiting.acquire(blocking=False):  # another thread of this process is already saying why
     threading.Event().wait()
   # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline.
@@ -99,13 +99,14 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
   print(('\n' if bar_open and _current else '') + line, file=sys.stderr, flush=True)
   if _current is None:
     _exiting.release()
-    sys.exit(1)
+    sys.exit(status)
   if not coordinator:
-    os._exit(1)  # pylint: disable=protected-access
+    os._exit(status)  # pylint: disable=protected-access
   client, me, count = distributed.global_state.client, distributed.global_state.process_id, _processes()
   try:
     if tell_others:
-      told = f'{line} (process {me} of {count} stopped with this error; the other processes stop too)'
+      why = ' with this error' if status == 1 else ''
+      told = f'{line} (process {me} of {count} stopped{why}; the other processes stop too)'
       for process in range(count):
         if process != me:
           client.key_value_set(f'{_KEY}{process}', told, allow_overwrite=True)
@@ -116,7 +117,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True):
   except Exception:  # pylint: disable=broad-except  (process 0 gone, or a process that will never read it)
     pass
   sys.stdout.flush()
-  os._exit(1)  # pylint: disable=protected-access
+  os._exit(status)  # pylint: disable=protected-access
 
 
 def _processes() -> int:

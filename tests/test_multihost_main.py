@@ -2,7 +2,7 @@
 collectives, one faked device per process) on the tiny config of tests/faults_config.py: equal losses, the
 coordinated stop on SIGTERM (to one process, to all, during the first compile, while a periodic checkpoint is
 written) and how soon it comes, resuming on another process count, one writer of the logs, a refused config, an
-error on one process before the steps, a killed process, process 0 killed and a full disk on one process
+error or Ctrl-C on one process before the steps, a killed process, process 0 killed and a full disk on one process
 (docs/faults.md, "On a pod").
 
 Slow (processes started, signalled and killed): its own marker, `python -m pytest -q -n 2 -m multihost tests`
@@ -225,6 +225,22 @@ def test_an_error_on_one_process_before_the_steps_stops_every_process_at_once(tm
                   'away, or choose another directory)')
   assert one_error_line(run.output(0)) == f'{ours} (process 1 of 2 stopped with this error; the other processes ' \
                                           'stop too)'
+
+
+def test_ctrl_c_on_one_process_before_the_steps_stops_every_process_at_once(tmp_path, corpus):
+  """Ctrl-C (SIGINT) to process 1 while both are about to load their examples (held there by tests/hooks): process 1
+  says it stopped (status 130, the shell's for SIGINT), process 0 prints that line naming it and exits (status 1),
+  at once, where process 0 used to wait for process 1 in a collective until jax's shutdown timeout (300 s)."""
+  hold = tmp_path / 'hold'
+  hold.mkdir()
+  run = Run(tmp_path / 'run', 2, corpus, env={'ELECTRA_JAX_TEST_HOLD_DATA': str(hold)})
+  run.wait_for(lambda: all((hold / f'data.{i}').exists() for i in range(2)))
+  run.procs[1].send_signal(signal.SIGINT)
+  assert run.finish(60) == [1, 130], run.tails()
+  line = 'stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on'
+  assert [run.output(i).splitlines()[-1] for i in range(2)] == [
+      f'{line} (process 1 of 2 stopped; the other processes stop too)', line], run.tails()
+  assert 'Traceback' not in run.output(0) + run.output(1)
 
 
 def test_a_killed_process_stops_the_others_within_the_heartbeat_timeout(tmp_path, corpus, two_processes):

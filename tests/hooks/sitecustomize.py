@@ -11,6 +11,8 @@ one of these is set:
   would (a host a moment behind the others on its way to the same error).
 - ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS=DIR holds every process after its first fine-tuning seed's steps, before that
   seed's dev set is scored, until DIR/release exists; DIR/between.<process index> says it holds.
+- ELECTRA_JAX_TEST_HOLD_DATA=DIR holds every process before pre-training loads its examples (after jax.distributed
+  started, before any step) until DIR/release exists; DIR/data.<process index> says it holds.
 
 The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
 for before the processes agree the step is complete.
@@ -21,12 +23,30 @@ import os
 _HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('ELECTRA_JAX_TEST_FAIL_WRITE')
 _LATE = os.environ.get('ELECTRA_JAX_TEST_LATE_ERROR')
 _BETWEEN = os.environ.get('ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS')
+_DATA = os.environ.get('ELECTRA_JAX_TEST_HOLD_DATA')
+
+
+def _hold(directory: str, name: str):
+  """Writes DIR/<name>.<process index>, then waits (at most 10 minutes) until DIR/release exists."""
+  import time  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+  with open(os.path.join(directory, f'{name}.{jax.process_index()}'), 'w', encoding='utf-8'):
+    pass
+  deadline = time.time() + 600
+  while not os.path.exists(os.path.join(directory, 'release')) and time.time() < deadline:
+    time.sleep(0.02)
+
+
+def _electra_jax():
+  """Puts the repository's electra_jax first on sys.path (the entry point's, `python -m` from there)."""
+  import sys  # noqa: PLC0415
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _install():
   import errno  # noqa: PLC0415
   import threading  # noqa: PLC0415
-  import time  # noqa: PLC0415
 
   import jax  # noqa: PLC0415
   import orbax.checkpoint as ocp  # noqa: PLC0415
@@ -50,13 +70,6 @@ def _install():
       if self.error is not None:
         raise self.error
 
-  def hold(directory):
-    with open(os.path.join(directory, f'held.{jax.process_index()}'), 'w', encoding='utf-8'):
-      pass
-    deadline = time.time() + 600
-    while not os.path.exists(os.path.join(directory, 'release')) and time.time() < deadline:
-      time.sleep(0.02)
-
   def fail(path):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
@@ -66,7 +79,7 @@ def _install():
     futures = list(await real(self, directory, *args, **kwargs) or [])
     step = os.path.basename(os.path.dirname(str(directory))).split('.')[0]  # .../checkpoints/<step>.orbax-...-tmp/data
     if _HOLD and step == _HOLD.split(':', 1)[0]:
-      futures.append(_ThreadFuture(lambda: hold(_HOLD.split(':', 1)[1])))
+      futures.append(_ThreadFuture(lambda: _hold(_HOLD.split(':', 1)[1], 'held')))
     if _FAIL and [step, str(jax.process_index())] == _FAIL.split(':'):
       futures.append(_ThreadFuture(lambda: fail(str(directory))))
     return futures
@@ -79,12 +92,10 @@ if _HOLD or _FAIL:
 
 
 def _install_late_error():
-  import sys  # noqa: PLC0415
   import time  # noqa: PLC0415
 
   import jax  # noqa: PLC0415
-  # The entry point's electra_jax is the repository's (`python -m` from there), whatever else is installed.
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  _electra_jax()
   from electra_jax import errors  # noqa: PLC0415
 
   process, seconds = _LATE.split(':')
@@ -103,11 +114,7 @@ if _LATE:
 
 
 def _install_hold_between_seeds():
-  import sys  # noqa: PLC0415
-  import time  # noqa: PLC0415
-
-  import jax  # noqa: PLC0415
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  _electra_jax()
   from electra_jax.finetune import train  # noqa: PLC0415
 
   real, held = train.evaluate, []
@@ -115,11 +122,7 @@ def _install_hold_between_seeds():
   def evaluate(*args, dev_only=False, **kwargs):
     if not dev_only and not held:  # the end of the first seed trained (dev_only: a scoring during the steps)
       held.append(True)
-      with open(os.path.join(_BETWEEN, f'between.{jax.process_index()}'), 'w', encoding='utf-8'):
-        pass
-      deadline = time.time() + 600
-      while not os.path.exists(os.path.join(_BETWEEN, 'release')) and time.time() < deadline:
-        time.sleep(0.02)
+      _hold(_BETWEEN, 'between')
     return real(*args, dev_only=dev_only, **kwargs)
 
   train.evaluate = evaluate
@@ -127,3 +130,20 @@ def _install_hold_between_seeds():
 
 if _BETWEEN:
   _install_hold_between_seeds()
+
+
+def _install_hold_data():
+  _electra_jax()
+  from electra_jax import data  # noqa: PLC0415
+
+  real = data.load_examples
+
+  def load_examples(*args, **kwargs):
+    _hold(_DATA, 'data')
+    return real(*args, **kwargs)
+
+  data.load_examples = load_examples
+
+
+if _DATA:
+  _install_hold_data()
