@@ -94,12 +94,16 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
   `coordinator` (process 0 gone) at once, before jax's agent aborts the process."""
   if not _exiting.acquire(blocking=False):  # another thread of this process is already saying why
     threading.Event().wait()
-  # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline.
-  bar_open = any(not bar.disable for bar in getattr(tqdm.tqdm, '_instances', ()))
-  print(('\n' if bar_open and _current else '') + line, file=sys.stderr, flush=True)
   if _current is None:
+    print(line, file=sys.stderr, flush=True)
     _exiting.release()
     sys.exit(status)
+  # From the watcher, process 0's progress bar (tqdm) may hold the current line, without its newline. One write()
+  # call: jax's C++ logging writes to the same stderr from its own threads (its agent logs the loss of process 0
+  # as this line is printed), and print's separate writes of the line and its newline let a log line in between.
+  bar_open = any(not bar.disable for bar in getattr(tqdm.tqdm, '_instances', ()))
+  sys.stderr.flush()
+  os.write(sys.stderr.fileno(), (('\n' if bar_open else '') + line + '\n').encode())
   if not coordinator:
     os._exit(status)  # pylint: disable=protected-access
   client, me, count = distributed.global_state.client, distributed.global_state.process_id, _processes()
