@@ -10,7 +10,7 @@ a blocking read of its own key in the service's key-value store.
 - A process that stops with an error (`exit_with`, from cli.run) prints its line, writes it to every process's key
   and exits; each other process's watcher wakes at once, prints that line with the process it came from, and
   exits. All exit with status 1 and without jax's shutdown (which would wait for the stuck ones); process 0,
-  which serves the keys, exits last.
+  which serves the keys, exits last, half a second after the others said they exit.
 - An error every process raises itself at the same point (a NaN loss, a tokenizer process 0 could not train:
   errors.UserError's `every_process`) is written to no key: each process prints its own line, the same on all,
   and exits as above. Told, a process whose own identical error was a moment away would print the line of
@@ -28,6 +28,7 @@ the next run removes its temporary directory.
 import os
 import sys
 import threading
+import time
 
 import tqdm
 from jax._src import distributed  # jax.distributed's client: the coordination service's key-value store
@@ -37,6 +38,8 @@ _KEY = 'electra_jax/stop/'  # + process index: what stopped the run ('' when thi
 _EXITED = 'electra_jax/exited/'  # + process index: set by each process before it exits (process 0 waits for them)
 _WAIT_MS = 3_600_000  # one open request per hour and process
 _LAST_WORDS_MS = 30_000  # process 0 waits at most this long for the others to read the line before it exits
+_LAST_GRACE_S = 0.5  # then this long for them to exit: a process between its exited key and its exit, when process
+#                      0's service goes, is aborted by jax's agent (status 134, jax's lines after its own)
 _exiting = threading.Lock()  # held by the one thread that prints this process's last line
 
 
@@ -118,6 +121,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
     if me == 0:  # the others read their line from this process's coordination service: let them first
       for process in range(1, count):
         client.blocking_key_value_get(f'{_EXITED}{process}', _LAST_WORDS_MS)
+      time.sleep(_LAST_GRACE_S)  # ... and to be gone: the service's end would make jax's agent abort them
   except Exception:  # pylint: disable=broad-except  (process 0 gone, or a process that will never read it)
     pass
   sys.stdout.flush()
