@@ -47,7 +47,7 @@ class Watch:
   """While entered, another process's error or the loss of process 0 ends this process with one line."""
 
   def __init__(self):
-    self.active = _processes() > 1  # read from jax.distributed, not jax.process_count(): that would start the backend
+    self.active = processes() > 1
     self.thread = None
 
   def __enter__(self):
@@ -109,7 +109,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
   os.write(sys.stderr.fileno(), (('\n' if bar_open else '') + line + '\n').encode())
   if not coordinator:
     os._exit(status)  # pylint: disable=protected-access
-  client, me, count = distributed.global_state.client, distributed.global_state.process_id, _processes()
+  client, me, count = distributed.global_state.client, distributed.global_state.process_id, processes()
   try:
     if tell_others:
       why = ' with this error' if status == 1 else ''
@@ -128,8 +128,9 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
   os._exit(status)  # pylint: disable=protected-access
 
 
-def _processes() -> int:
-  """The processes of this run: 1 until jax.distributed has started."""
+def processes() -> int:
+  """The processes of this run: 1 until jax.distributed has started. Unlike jax.process_count(), it starts no
+  backend (which on a TPU host takes its chips, e.g. for a data-building command)."""
   return distributed.global_state.num_processes if distributed.global_state.client is not None else 1
 
 

@@ -272,3 +272,22 @@ def test_ctrl_c_stops_sentencepiece_training_at_once(tmp_path):
   assert time.monotonic() - sent < 30  # the training itself would take far longer
   assert err.startswith('stopped by Ctrl-C (SIGINT)') and err.count('\n') == 1
   assert not os.path.exists(tmp_path / 'tok')
+
+
+LOAD_WITHOUT_A_BACKEND = """
+import sys
+from jax._src import xla_bridge
+from electra_jax import data
+data.load_tokenizer(data.DataConfig(source=sys.argv[1], vocab_size=60, cache_dir=sys.argv[2]))
+print('backend started' if xla_bridge.backends_are_initialized() else 'no backend')
+"""
+
+
+def test_loading_a_tokenizer_starts_no_jax_backend(lines, tmp_path):
+  """`data build` and `data tokenizer` train or load a tokenizer only: on a TPU host a started backend would take
+  the chips. (Asking jax.process_count() whether the run is multi-host started it.)"""
+  (tmp_path / 'text.txt').write_text('\n'.join(lines[:200]) + '\n', encoding='utf-8')
+  done = subprocess.run([sys.executable, '-c', LOAD_WITHOUT_A_BACKEND, str(tmp_path / 'text.txt'),
+                         str(tmp_path / 'cache')], capture_output=True, text=True, check=False,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert done.stdout.strip() == 'no backend', done.stderr[-2000:]

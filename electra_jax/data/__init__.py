@@ -17,7 +17,7 @@ import os
 import jax
 import numpy as np
 
-from electra_jax import fileio, report
+from electra_jax import fileio, hosts, report
 from electra_jax.config import DataConfig
 from electra_jax.data import build as build_lib
 from electra_jax.data import corpus
@@ -82,7 +82,7 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   source = open_source(config)
   key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase)
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
-  if jax.process_count() == 1:
+  if hosts.processes() == 1:  # not jax.process_count(): `data build` and `data tokenizer` start no backend
     return _cached_or_trained(config, source, directory)
   return _from_process_0(lambda: _cached_or_trained(config, source, directory), directory)
 
