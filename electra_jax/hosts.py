@@ -9,8 +9,9 @@ a blocking read of its own key in the service's key-value store.
 
 - A process that stops with an error (`exit_with`, from cli.run) prints its line, writes it to every process's key
   and exits; each other process's watcher wakes at once, prints that line with the process it came from, and
-  exits. All exit with status 1 and without jax's shutdown (which would wait for the stuck ones); process 0,
-  which serves the keys, exits last, half a second after the others said they exit.
+  exits (a collective that fails on the departure before the watcher wakes leads to the same line). All exit with
+  status 1 and without jax's shutdown (which would wait for the stuck ones); process 0, which serves the keys,
+  exits last, half a second after the others said they exit.
 - An error every process raises itself at the same point (a NaN loss, a tokenizer process 0 could not train:
   errors.UserError's `every_process`) is written to no key: each process prints its own line, the same on all,
   and exits as above. Told, a process whose own identical error was a moment away would print the line of
@@ -76,8 +77,12 @@ class Watch:
     global _current  # pylint: disable=global-statement
     if not self.active:
       return
-    if exc is not None and not _coordinator_reachable():
-      exit_with(_lost_coordinator(exc), coordinator=False)  # a collective failed because process 0 is gone
+    if exc is not None:
+      told = _told()
+      if told is None:  # a collective failed because process 0 is gone
+        exit_with(_lost_coordinator(exc), coordinator=False)
+      if told:  # another process stopped, and this one's collective failed on its departure before the watcher woke
+        exit_with(told, tell_others=False)
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
       client, key = distributed.global_state.client, f'{_KEY}{distributed.global_state.process_id}'
       client.key_value_set(key, '')
@@ -141,10 +146,10 @@ def _lost_coordinator(error: Exception) -> str:
           'command on every host to resume from the newest one')
 
 
-def _coordinator_reachable() -> bool:
+def _told() -> str | None:
+  """The line another process gave this one ('' if none), or None if process 0's coordination service is gone."""
   try:
-    distributed.global_state.client.key_value_try_get('electra_jax/probe')
+    return distributed.global_state.client.key_value_try_get(f'{_KEY}{distributed.global_state.process_id}')
   except Exception as e:  # pylint: disable=broad-except
-    return str(e).startswith('NOT_FOUND')
-  return True
+    return '' if str(e).startswith('NOT_FOUND') else None
 

@@ -215,10 +215,14 @@ def test_a_tokenizer_process_0_cannot_train_stops_every_process_with_its_line(tm
 def test_an_error_on_one_process_before_the_steps_stops_every_process_at_once(tmp_path, corpus):
   """Process 1 cannot make its cache directory (a file stands in the path) and stops before the first step, while
   process 0 goes on towards it: process 0 prints process 1's line, naming it, and both exit with status 1 at once,
-  where process 0 used to wait for process 1 in a collective until jax's shutdown timeout (300 s)."""
+  where process 0 used to wait for process 1 in a collective until jax's shutdown timeout (300 s).
+
+  Process 0's watcher never wakes here (tests/hooks): its collective with process 1 fails first, on process 1's
+  exit, and must give the same line, not that failure's traceback (a race CI once lost)."""
   blocker = tmp_path / 'a file'
   blocker.write_text('')
-  run = Run(tmp_path / 'run', 2, corpus, '--config.train_steps=2', each=[{}, {'ELECTRA_JAX_CACHE': str(blocker / 'c')}])
+  run = Run(tmp_path / 'run', 2, corpus, '--config.train_steps=2', env={'ELECTRA_JAX_TEST_DEAF_WATCH': '0'},
+            each=[{}, {'ELECTRA_JAX_CACHE': str(blocker / 'c')}])
   assert run.finish(120) == [1, 1], run.tails()
   ours = one_error_line(run.output(1))
   assert ours == (f'error: {blocker / "c"}: Not a directory (a file stands where the path needs a directory: move it '

@@ -13,6 +13,8 @@ one of these is set:
   seed's dev set is scored, until DIR/release exists; DIR/between.<process index> says it holds.
 - ELECTRA_JAX_TEST_HOLD_DATA=DIR holds every process before pre-training loads its examples (after jax.distributed
   started, before any step) until DIR/release exists; DIR/data.<process index> says it holds.
+- ELECTRA_JAX_TEST_DEAF_WATCH=PROCESS keeps process PROCESS's watcher (hosts.Watch) from ever reading its key, as
+  if the line of another process that stopped reached it only after this process's own collective failed.
 
 The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
 for before the processes agree the step is complete.
@@ -24,6 +26,7 @@ _HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('EL
 _LATE = os.environ.get('ELECTRA_JAX_TEST_LATE_ERROR')
 _BETWEEN = os.environ.get('ELECTRA_JAX_TEST_HOLD_BETWEEN_SEEDS')
 _DATA = os.environ.get('ELECTRA_JAX_TEST_HOLD_DATA')
+_DEAF = os.environ.get('ELECTRA_JAX_TEST_DEAF_WATCH')
 
 
 def _hold(directory: str, name: str):
@@ -147,3 +150,24 @@ def _install_hold_data():
 
 if _DATA:
   _install_hold_data()
+
+
+def _install_deaf_watch():
+  import threading  # noqa: PLC0415
+
+  _electra_jax()
+  from electra_jax import hosts  # noqa: PLC0415
+  from jax._src import distributed  # noqa: PLC0415
+
+  real = hosts.Watch._wait  # pylint: disable=protected-access
+
+  def wait(self):
+    if distributed.global_state.process_id == int(_DEAF):
+      threading.Event().wait()
+    real(self)
+
+  hosts.Watch._wait = wait  # pylint: disable=protected-access
+
+
+if _DEAF:
+  _install_deaf_watch()
