@@ -15,6 +15,8 @@ a mesh axis with another dimension of the same activation, so the order of the r
 
 import contextlib
 import os
+import sys
+import threading
 from typing import Any
 
 from absl import logging
@@ -132,6 +134,8 @@ def initialize_distributed():
   slices, which set no environment variable jax could be told apart by; launch/tpu_pod.sh sets it).
 
   Bounded waits (docs/faults.md, "On a pod"), in seconds, jax's defaults unless set:
+  ELECTRA_JAX_START_TIMEOUT (300): how long each process waits for all of them to join at the start (a host that
+  stopped before, e.g. on a bad ELECTRA_JAX_* variable, never joins: then the others stop with one line);
   ELECTRA_JAX_HEARTBEAT_TIMEOUT (100): how long the others wait for a process that stopped responding (killed,
   crashed, its machine gone) before they abort too; ELECTRA_JAX_SHUTDOWN_TIMEOUT (300): how long an exiting
   process waits for the others to exit too (after an error on one host, the others are stuck in a collective:
@@ -139,24 +143,53 @@ def initialize_distributed():
   """
   env = os.environ
   timeouts = {}
-  for name, default in (('heartbeat', 100), ('shutdown', 300)):
+  for name, default in (('start', 300), ('heartbeat', 100), ('shutdown', 300)):
     key = f'ELECTRA_JAX_{name.upper()}_TIMEOUT'
     value = env.get(key, str(default))
     if not value.isdigit() or int(value) < 1:
       raise ConfigError(f'{key}={value} must be a whole number of seconds, at least 1')
     timeouts[f'{name}_timeout_seconds'] = int(value)
+  start = timeouts.pop('start_timeout_seconds')
+  timeouts['initialization_timeout'] = start + _JAX_START_LATER_S
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
-    jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
-                               num_processes=int(env['JAX_NUM_PROCESSES']),
-                               process_id=int(env['JAX_PROCESS_ID']), **timeouts)
+    with _joined_within(start):
+      jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
+                                 num_processes=int(env['JAX_NUM_PROCESSES']),
+                                 process_id=int(env['JAX_PROCESS_ID']), **timeouts)
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    jax.distributed.initialize(**timeouts)
+    with _joined_within(start):
+      jax.distributed.initialize(**timeouts)
   if jax.process_count() > 1 and jax.default_backend() == 'cpu':
     # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
     # which start-up, data loading and compiling on loaded hosts can exceed. Connected now, while the processes are
     # in step (jax.distributed.initialize just met them all), later collectives over all devices wait as needed.
     multihost_utils.sync_global_devices('electra_jax: processes connected')
+
+
+_JAX_START_LATER_S = 10  # jax's own start timeout, this much later than ours, would abort with a C++ stack trace
+
+
+@contextlib.contextmanager
+def _joined_within(seconds: int):
+  """Ends this process with one line when jax.distributed's start, which waits for every process to join (and
+  releases the GIL meanwhile), takes more than `seconds`."""
+  def give_up():
+    sys.stderr.flush()
+    os.write(sys.stderr.fileno(), (
+        f'error: waited {seconds} s for every process of this run to join jax.distributed (coordinator '
+        f'{os.environ.get("JAX_COORDINATOR_ADDRESS", "found by jax")}) and gave up: start the same command on every '
+        'host; a host that stopped before joining printed its own error line. ELECTRA_JAX_START_TIMEOUT sets the '
+        'wait\n').encode())
+    os._exit(1)  # pylint: disable=protected-access  (the main thread is inside jax's start: no exception reaches it)
+
+  timer = threading.Timer(seconds, give_up)
+  timer.daemon = True
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()

@@ -77,7 +77,8 @@ def test_partial_distributed_environment_is_a_clear_error(monkeypatch):
     sharding.initialize_distributed()
 
 
-@pytest.mark.parametrize('name', ['ELECTRA_JAX_HEARTBEAT_TIMEOUT', 'ELECTRA_JAX_SHUTDOWN_TIMEOUT'])
+@pytest.mark.parametrize('name', ['ELECTRA_JAX_START_TIMEOUT', 'ELECTRA_JAX_HEARTBEAT_TIMEOUT',
+                                  'ELECTRA_JAX_SHUTDOWN_TIMEOUT'])
 def test_a_bad_timeout_is_a_clear_error(monkeypatch, name):
   monkeypatch.setenv('JAX_COORDINATOR_ADDRESS', '127.0.0.1:1234')
   monkeypatch.setenv(name, '1m')

@@ -231,6 +231,20 @@ def test_an_error_on_one_process_before_the_steps_stops_every_process_at_once(tm
                                           'stop too)'
 
 
+def test_a_process_that_stops_before_joining_stops_the_others_after_the_start_timeout(tmp_path, corpus):
+  """Process 1 refuses a malformed ELECTRA_JAX_* variable before it joins jax.distributed, so nothing can tell
+  process 0, which waits for it in jax's start: after ELECTRA_JAX_START_TIMEOUT it says so in one line (status 1),
+  where jax aborted it with a C++ stack trace."""
+  run = Run(tmp_path / 'run', 2, corpus, each=[{'ELECTRA_JAX_START_TIMEOUT': '5'},
+                                               {'ELECTRA_JAX_HEARTBEAT_TIMEOUT': '1m'}])
+  assert run.finish(120) == [1, 1], run.tails()
+  assert one_error_line(run.output(1)) == 'error: ELECTRA_JAX_HEARTBEAT_TIMEOUT=1m must be a whole number of ' \
+                                          'seconds, at least 1'
+  line = one_error_line(run.output(0))
+  assert line.startswith('error: waited 5 s for every process of this run to join jax.distributed (coordinator '
+                         '127.0.0.1:') and line.endswith('ELECTRA_JAX_START_TIMEOUT sets the wait'), line
+
+
 def test_ctrl_c_on_one_process_before_the_steps_stops_every_process_at_once(tmp_path, corpus):
   """Ctrl-C (SIGINT) to process 1 while both are about to load their examples (held there by tests/hooks): process 1
   says it stopped (status 130, the shell's for SIGINT), process 0 prints that line naming it and exits (status 1),
