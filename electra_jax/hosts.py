@@ -16,6 +16,8 @@ a blocking read of its own key in the service's key-value store.
   errors.UserError's `every_process`) is written to no key: each process prints its own line, the same on all,
   and exits as above. Told, a process whose own identical error was a moment away would print the line of
   whichever process came first, naming it (as for a bad config value, which every process finds by itself).
+- A process that stops before jax.distributed's start cannot be told about: the others say so in one line when
+  the start takes too long (`joined_within`, ELECTRA_JAX_START_TIMEOUT).
 - Process 0 gone (kill -9, a crash, its machine lost) takes the coordination service with it: the open requests
   fail at once and every other process prints one line and exits. (jax's own agent notices at the same moment and
   aborts the process with its `Terminating process because the JAX distributed service detected fatal errors`
@@ -26,6 +28,7 @@ every process has written its part), and one being written cannot complete witho
 the next run removes its temporary directory.
 """
 
+import contextlib
 import os
 import sys
 import threading
@@ -60,7 +63,7 @@ class Watch:
     return self
 
   def _wait(self):
-    client, key = distributed.global_state.client, f'{_KEY}{distributed.global_state.process_id}'
+    client, key = distributed.global_state.client, _own_key()
     while True:
       try:
         value = client.blocking_key_value_get(key, _WAIT_MS)
@@ -84,7 +87,7 @@ class Watch:
       if told:  # another process stopped, and this one's collective failed on its departure before the watcher woke
         exit_with(told, tell_others=False)
     if exc is None:  # the run ends normally on every process: release this process's request before jax shuts down
-      client, key = distributed.global_state.client, f'{_KEY}{distributed.global_state.process_id}'
+      client, key = distributed.global_state.client, _own_key()
       client.key_value_set(key, '')
       self.thread.join()
       client.key_value_delete(key)  # a later Watch in this process waits afresh
@@ -110,8 +113,7 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
   # call: jax's C++ logging writes to the same stderr from its own threads (its agent logs the loss of process 0
   # as this line is printed), and print's separate writes of the line and its newline let a log line in between.
   bar_open = any(not bar.disable for bar in getattr(tqdm.tqdm, '_instances', ()))
-  sys.stderr.flush()
-  os.write(sys.stderr.fileno(), (('\n' if bar_open else '') + line + '\n').encode())
+  _write(('\n' if bar_open else '') + line)
   if not coordinator:
     os._exit(status)  # pylint: disable=protected-access
   client, me, count = distributed.global_state.client, distributed.global_state.process_id, processes()
@@ -133,10 +135,41 @@ def exit_with(line: str, tell_others: bool = True, coordinator: bool = True, sta
   os._exit(status)  # pylint: disable=protected-access
 
 
+def _write(line: str):
+  """`line` and its newline on stderr in one write() (see exit_with)."""
+  sys.stderr.flush()
+  os.write(sys.stderr.fileno(), (line + '\n').encode())
+
+
+@contextlib.contextmanager
+def joined_within(seconds: int):
+  """Ends this process with one line when jax.distributed's start, which waits for every process to join (and
+  releases the GIL meanwhile), takes more than `seconds`. A host that stopped before joining cannot be told about
+  through the coordination service; jax itself would abort later, with a C++ stack trace."""
+  def give_up():
+    _write(f'error: waited {seconds} s for every process of this run to join jax.distributed (coordinator '
+           f'{os.environ.get("JAX_COORDINATOR_ADDRESS", "found by jax")}) and gave up: start the same command on '
+           'every host; a host that stopped before joining printed its own error line. ELECTRA_JAX_START_TIMEOUT sets '
+           'the wait')
+    os._exit(1)  # pylint: disable=protected-access  (the main thread is inside jax's start: no exception reaches it)
+
+  timer = threading.Timer(seconds, give_up)
+  timer.daemon = True
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()
+
+
 def processes() -> int:
   """The processes of this run: 1 until jax.distributed has started. Unlike jax.process_count(), it starts no
   backend (which on a TPU host takes its chips, e.g. for a data-building command)."""
   return distributed.global_state.num_processes if distributed.global_state.client is not None else 1
+
+
+def _own_key() -> str:
+  return f'{_KEY}{distributed.global_state.process_id}'
 
 
 def _lost_coordinator(error: Exception) -> str:
@@ -149,7 +182,7 @@ def _lost_coordinator(error: Exception) -> str:
 def _told() -> str | None:
   """The line another process gave this one ('' if none), or None if process 0's coordination service is gone."""
   try:
-    return distributed.global_state.client.key_value_try_get(f'{_KEY}{distributed.global_state.process_id}')
+    return distributed.global_state.client.key_value_try_get(_own_key())
   except Exception as e:  # pylint: disable=broad-except
     return '' if str(e).startswith('NOT_FOUND') else None
 

@@ -15,8 +15,6 @@ a mesh axis with another dimension of the same activation, so the order of the r
 
 import contextlib
 import os
-import sys
-import threading
 from typing import Any
 
 from absl import logging
@@ -26,6 +24,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from electra_jax import hosts
 from electra_jax.config import AXES, ConfigError, MeshConfig
 
 BATCH = ('activation_batch', 'activation_length')  # logical axes of every [batch, length] input array
@@ -142,26 +141,26 @@ def initialize_distributed():
   then they all abort).
   """
   env = os.environ
-  timeouts = {}
+  seconds = {}
   for name, default in (('start', 300), ('heartbeat', 100), ('shutdown', 300)):
     key = f'ELECTRA_JAX_{name.upper()}_TIMEOUT'
     value = env.get(key, str(default))
     if not value.isdigit() or int(value) < 1:
       raise ConfigError(f'{key}={value} must be a whole number of seconds, at least 1')
-    timeouts[f'{name}_timeout_seconds'] = int(value)
-  start = timeouts.pop('start_timeout_seconds')
-  timeouts['initialization_timeout'] = start + _JAX_START_LATER_S
+    seconds[name] = int(value)
+  timeouts = dict(initialization_timeout=seconds['start'] + 10,  # jax's own, after hosts.joined_within's line
+                  heartbeat_timeout_seconds=seconds['heartbeat'], shutdown_timeout_seconds=seconds['shutdown'])
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
-    with _joined_within(start):
+    with hosts.joined_within(seconds['start']):
       jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                                  num_processes=int(env['JAX_NUM_PROCESSES']),
                                  process_id=int(env['JAX_PROCESS_ID']), **timeouts)
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    with _joined_within(start):
+    with hosts.joined_within(seconds['start']):
       jax.distributed.initialize(**timeouts)
   if jax.process_count() > 1 and jax.default_backend() == 'cpu':
     # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
@@ -169,27 +168,3 @@ def initialize_distributed():
     # in step (jax.distributed.initialize just met them all), later collectives over all devices wait as needed.
     multihost_utils.sync_global_devices('electra_jax: processes connected')
 
-
-_JAX_START_LATER_S = 10  # jax's own start timeout, this much later than ours, would abort with a C++ stack trace
-
-
-@contextlib.contextmanager
-def _joined_within(seconds: int):
-  """Ends this process with one line when jax.distributed's start, which waits for every process to join (and
-  releases the GIL meanwhile), takes more than `seconds`."""
-  def give_up():
-    sys.stderr.flush()
-    os.write(sys.stderr.fileno(), (
-        f'error: waited {seconds} s for every process of this run to join jax.distributed (coordinator '
-        f'{os.environ.get("JAX_COORDINATOR_ADDRESS", "found by jax")}) and gave up: start the same command on every '
-        'host; a host that stopped before joining printed its own error line. ELECTRA_JAX_START_TIMEOUT sets the '
-        'wait\n').encode())
-    os._exit(1)  # pylint: disable=protected-access  (the main thread is inside jax's start: no exception reaches it)
-
-  timer = threading.Timer(seconds, give_up)
-  timer.daemon = True
-  timer.start()
-  try:
-    yield
-  finally:
-    timer.cancel()
