@@ -180,13 +180,7 @@ def test_gpu_preset_is_the_papers_small_at_1e16():
   config = compare_gpu.get_config()
   assert config.objectives == ('electra', 'mlm') and config.flops_budgets == (1e16,) and config.seeds == 3
   assert [os.path.basename(t) for t in config.tasks] == ['polarity', 'hedge', 'pos']
-  runs = {}
-  for name in config.objectives:
-    run = ml_collections.ConfigDict(config.pretrain.to_dict())
-    run.objective.name = name
-    compare._override(run, config.overrides.get(name, {}), name)  # pylint: disable=protected-access
-    runs[name] = config_lib.load(run, vocab_size=30522)
-  electra, mlm = runs['electra'], runs['mlm']
+  electra, mlm = _gpu_preset_runs(config, vocab_size=30522)
   assert electra.model == mlm.model and electra.model.tower(False).num_layers == 12
   assert (electra.model.hidden_size, electra.model.embedding_size, electra.model.tower(True).hidden_size) == (256, 128,
                                                                                                                64)
@@ -206,6 +200,33 @@ def test_gpu_preset_is_the_papers_small_at_1e16():
   assert [compare.steps_for_budget(1e16, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [8696, 9383]
 
 
+def _gpu_preset_runs(config, vocab_size):
+  """The electra and mlm pre-training configs the runner makes of a compare_gpu preset."""
+  runs = []
+  for name in config.objectives:
+    run = ml_collections.ConfigDict(config.pretrain.to_dict())
+    run.objective.name = name
+    compare._override(run, config.overrides.get(name, {}), name)  # pylint: disable=protected-access
+    runs.append(config_lib.load(run, vocab_size=vocab_size))
+  return runs
+
+
+def test_gpu_preset_tiny_step_counts_by_hand():
+  # The :tiny variant's budget in steps, which the end-to-end test below and the preset's docstring state.
+  # By hand (as above, L=32, P=int(0.155 x 32)=4, V=64, E=32, 1 layer): the discriminator (H=32, F=64) per token
+  # 2(4 H^2 + 2 H F) + 4 L H = 20,480 (E = H: no projection); the RTD head 2(H^2 + H) = 2,112; the generator
+  # (H=16, F=64) 2(4 x 256 + 2 x 16 x 64) + 4 x 32 x 16 = 8,192, plus its E->H projection 2 x 32 x 16 = 1,024;
+  # its MLM head 2(16 x 32 + 32 x 64) = 5,120 per prediction. ELECTRA: 32 (20,480 + 2,112 + 9,216) + 4 x 5,120 =
+  # 1,038,336 per sequence; MLM (the discriminator-sized tower, head 2(32 x 32 + 32 x 64) = 6,144): 32 x 20,480 +
+  # 4 x 6,144 = 679,936. Times 3 x 8 sequences, 4e9 FLOPs are 4e9 / 24,920,064 = 160.5 and 4e9 / 16,318,464 =
+  # 245.1 steps.
+  config = compare_gpu.get_config('tiny')
+  assert config.flops_budgets == (4e9,)
+  electra, mlm = _gpu_preset_runs(config, vocab_size=64)
+  assert [objective.train_flops_per_step(c) for c in (electra, mlm)] == [24 * 1_038_336, 24 * 679_936]
+  assert [compare.steps_for_budget(4e9, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [161, 245]
+
+
 @pytest.mark.e2e  # about a minute on 2 cores
 def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_corpus, cache_dir):
   # The GPU preset's :tiny variant through the command line, on generated text and three generated tasks named as
@@ -223,7 +244,7 @@ def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_co
   with subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True) as first:
     while not (metrics.is_file() and metrics.read_text().count('\n') >= 2) and first.poll() is None:
       time.sleep(0.05)
-    first.send_signal(signal.SIGTERM)  # 20 of its 161 steps done
+    first.send_signal(signal.SIGTERM)  # 20 of its 161 steps done (worked out by hand above)
     stderr = first.communicate(timeout=300)[1]
   assert first.returncode == 1 and 'run the same command again' in stderr.splitlines()[-1], stderr[-2000:]
   stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra')).latest_step())
