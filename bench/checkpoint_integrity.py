@@ -22,7 +22,7 @@ import jax
 from ml_collections import config_flags
 
 from electra_jax import checkpoint, config as config_lib, sharding
-from electra_jax.masking import SpecialIds
+from electra_jax.masking import TRAINED_TOKENIZER_IDS
 from electra_jax.train_step import Pretraining
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Model config.')
@@ -40,7 +40,7 @@ def main(argv):
   cfg = _CONFIG.value
   cfg.mesh.shape = (1, 1, 1)
   c = config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
-  run = Pretraining(c, SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1), sharding.make_mesh(c.mesh))
+  run = Pretraining(c, TRAINED_TOKENIZER_IDS, sharding.make_mesh(c.mesh))
   state = run.init_state(jax.random.PRNGKey(0))
   abstract = run.abstract_state()
   size = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))

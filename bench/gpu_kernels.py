@@ -28,6 +28,7 @@ import jax
 from ml_collections import config_flags
 
 from electra_jax import aot, gpu_targets, kernels, scaffold, sharding
+from electra_jax.masking import TRAINED_TOKENIZER_IDS
 from electra_jax.train_step import Pretraining
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Pre-training config.')
@@ -106,7 +107,7 @@ def main(argv):
         f'dtype={m.dtype} attention={m.attention} dropout {m.dropout_rate}/{m.attention_dropout_rate} '
         f'({m.dropout_draw}) scan_layers={m.scan_layers}; batch {c.batch_size} x {c.data.max_seq_length}',
         flush=True)
-  run = Pretraining(c, aot.SPECIAL, mesh)
+  run = Pretraining(c, TRAINED_TOKENIZER_IDS, mesh)
   run.check_batch()
   if _STEP.value:
     with sharding.activate(mesh, c.mesh.rules):

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from electra_jax import config as config_lib, objective, sharding
 from electra_jax.train_step import Pretraining
 import step_throughput
+import synthetic
 
 # --config, --batch, --vocab and --steps (here: timed steps of each variant per round) are step_throughput's flags.
 _CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
@@ -51,11 +52,11 @@ def main(argv):
     for draw in ('uniform', 'bits16'):
       cfg.model.dropout_draw = draw
       variants.append((draw, config_lib.load(cfg, vocab_size=_VOCAB.value), ours))
-  batch = step_throughput.random_batch(_BATCH.value, variants[0][1].data.max_seq_length, _VOCAB.value)
+  batch = synthetic.random_batch(_BATCH.value, variants[0][1].data.max_seq_length, _VOCAB.value)
   runs = {}
   for name, c, sampler in variants:
     objective.sample_replacements = sampler  # read when the step is traced, in compile()
-    run = Pretraining(c, step_throughput.SPECIAL, sharding.make_mesh(c.mesh))
+    run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
     run.compile()
     state = run.init_state(jax.random.PRNGKey(0))
     rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))

@@ -30,12 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 from ml_collections import config_flags
 
 from electra_jax import config as config_lib, flops, kernels, report, sharding
-from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
+import synthetic
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Model config.')
 _BATCH = flags.DEFINE_integer('batch', 32, 'Global batch size.')
@@ -48,7 +47,6 @@ _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: tor
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 
 
 def peak_flops_per_device(dtype: str) -> float:
@@ -68,19 +66,10 @@ def peak_flops_per_device(dtype: str) -> float:
   return 5 * 2 * 2048 ** 3 / (time.perf_counter() - start)
 
 
-def random_batch(batch: int, length: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, vocab, (batch, length)).astype(np.int32)
-  ids[:, 0], ids[:, length // 2], ids[:, -1] = SPECIAL.cls, SPECIAL.sep, SPECIAL.sep
-  segments = np.zeros_like(ids)
-  segments[:, length // 2 + 1:] = 1
-  return {'input_ids': ids, 'segment_ids': segments, 'input_mask': np.ones_like(ids)}
-
-
 def time_jax(c, batch, t0: float) -> dict:
   """Seconds of the train step's compile, of the initialiser (its compile and run), to the end of the first step
   (from `t0`), and per step; with --profile, prints where the time of a step goes."""
-  run = Pretraining(c, SPECIAL, sharding.make_mesh(c.mesh))
+  run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
   start = time.perf_counter()
   executable = run.compile()  # what step_fn runs from now on
   compiled = time.perf_counter()
@@ -149,7 +138,7 @@ def main(argv):
   c = config_lib.load(cfg, vocab_size=_VOCAB.value)
   print(report.devices_line(), flush=True)
   length = c.data.max_seq_length
-  batch = random_batch(c.batch_size, length, c.model.vocab_size)
+  batch = synthetic.random_batch(c.batch_size, length, c.model.vocab_size)
   step_flops = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length))
   m = c.model
   print(f'model: {m.num_layers} layers, H={m.hidden_size}, E={m.embedding_size}, vocab={m.vocab_size}, '

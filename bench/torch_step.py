@@ -24,6 +24,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from electra_jax import config as config_lib
+import synthetic
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/small.py', 'Model config.')
 _BATCH = flags.DEFINE_integer('batch', 32, 'Global batch size.')
@@ -31,7 +32,6 @@ _LENGTH = flags.DEFINE_integer('length', 0, 'Sequence length (0: the config\'s d
 _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 3 warm-up steps).')
 _COMPILE = flags.DEFINE_bool('compile', False, 'torch.compile the two models.')
-CLS, SEP, MASK = 2, 3, 4  # bench/step_throughput.py's batch
 
 
 def time_torch(c, batch_size: int, length: int, steps: int, compile_models: bool = False) -> dict:
@@ -56,22 +56,19 @@ def time_torch(c, batch_size: int, length: int, steps: int, compile_models: bool
   o = c.optimizer
   optimizer = torch.optim.AdamW(params, lr=o.learning_rate, weight_decay=o.weight_decay, eps=o.eps,
                                 betas=(o.b1, o.b2), fused=dev == 'cuda')
-  g = torch.Generator().manual_seed(0)
-  ids = torch.randint(5, m.vocab_size, (batch_size, length), generator=g)
-  ids[:, 0], ids[:, length // 2], ids[:, -1] = CLS, SEP, SEP
-  segments = torch.zeros_like(ids)
-  segments[:, length // 2 + 1:] = 1
-  mask = torch.ones_like(ids)
-  ids, segments, mask = ids.to(dev), segments.to(dev), mask.to(dev)
+  batch = synthetic.random_batch(batch_size, length, m.vocab_size)  # the JAX step's
+  ids, segments, mask = (torch.from_numpy(batch[key]).long().to(dev) for key in ('input_ids', 'segment_ids',
+                                                                               'input_mask'))
+  special = synthetic.SPECIAL
   num_predictions = c.objective.num_predictions(length)
   gen_f, disc_f = (torch.compile(generator), torch.compile(discriminator)) if compile_models else (generator,
                                                                                                     discriminator)
 
   def step():
     with torch.autocast(dev, dtype=torch.bfloat16, enabled=dev == 'cuda'):
-      scores = torch.rand(ids.shape, device=dev).masked_fill((ids == CLS) | (ids == SEP), -1.0)
+      scores = torch.rand(ids.shape, device=dev).masked_fill((ids == special.cls) | (ids == special.sep), -1.0)
       positions = scores.topk(num_predictions, dim=1).indices
-      masked = ids.scatter(1, positions, MASK)
+      masked = ids.scatter(1, positions, special.mask)
       logits = gen_f(input_ids=masked, attention_mask=mask, token_type_ids=segments).logits
       selected = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
       targets = ids.gather(1, positions)

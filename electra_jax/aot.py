@@ -48,12 +48,10 @@ from electra_jax import cli, config as config_lib, flops, gpu_targets, kernels, 
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
-from electra_jax.masking import SpecialIds
+from electra_jax.masking import TRAINED_TOKENIZER_IDS
 from electra_jax.train_step import ABSTRACT_KEY, Pretraining
 
 GIB = 2 ** 30
-# Ids of the special tokens only matter to the traced masking code, not to its shapes or cost.
-SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, unk=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +156,7 @@ def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
   length = c.data.max_seq_length
   loops = ([f'{c.grad_accum_steps} micro-batches'] if c.grad_accum_steps > 1 else []) + (
       ['the layers'] if c.model.scan_layers else [])
-  return compile_report('pre-training', Pretraining(c, SPECIAL, mesh).lower, devices=mesh.size,
+  return compile_report('pre-training', Pretraining(c, TRAINED_TOKENIZER_IDS, mesh).lower, devices=mesh.size,
                         tokens=c.batch_size * length, model_flops=objective.train_flops_per_step(c),
                         loop=' and '.join(loops))
 

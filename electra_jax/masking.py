@@ -35,6 +35,11 @@ class SpecialIds:
     return (self.pad, self.cls, self.sep, self.mask)
 
 
+# The ids every tokenizer electra_jax trains gives its special pieces ([PAD], [UNK], [CLS], [SEP], [MASK] come
+# first): what compile reports and step benchmarks, which need no tokenizer, build their batches with.
+TRAINED_TOKENIZER_IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Masked:
