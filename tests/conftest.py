@@ -24,6 +24,7 @@ from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 from electra_jax import compile_cache
+from electra_jax.data import corpus, tokenizer as tokenizer_lib
 from helpers import CACHE_OPTIONS, GCS_BUCKET  # pylint: disable=g-bad-import-order
 from helpers import emulator_environment, free_port, make_corpus, make_grammar_corpus
 
@@ -65,6 +66,22 @@ def compile_once(tmp_path_factory):
 @pytest.fixture(scope='session')
 def corpus_file(tmp_path_factory):
   return make_corpus(tmp_path_factory.mktemp('corpus') / 'corpus.txt', documents=80)
+
+
+@pytest.fixture(scope='session')
+def corpus_dir(tmp_path_factory):
+  """A corpus of three gzipped files, 40 documents each: what the data builds (local and Beam) shard."""
+  directory = tmp_path_factory.mktemp('corpus_dir')
+  for i in range(3):
+    make_corpus(directory / f'part{i}.txt.gz', documents=40, seed=i, gz=True)
+  return str(directory)
+
+
+@pytest.fixture(scope='session')
+def corpus_dir_tokenizer(corpus_dir, tmp_path_factory):
+  """A 64-piece WordPiece tokenizer trained on `corpus_dir`."""
+  lines = (line for document in corpus.TextFiles(corpus_dir).documents() for line in document)
+  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
 
 
 @pytest.fixture(scope='session')

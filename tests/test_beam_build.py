@@ -15,25 +15,15 @@ pytest.importorskip('apache_beam', reason='Apache Beam is not installed (pip ins
 from electra_jax import data, fileio
 from electra_jax.data import DataError, beam_build, build, corpus
 from electra_jax.data import examples as examples_lib
-from electra_jax.data import tokenizer as tokenizer_lib
-from helpers import make_corpus, run_data_cli as _cli
+from helpers import run_data_cli as _cli
 
 HOW = build.Packing(64, seed=5, chunk_chars=3000)  # several chunks per file
 SHARD_BYTES = 64 * 3 * 50  # and several shards
 
 
 @pytest.fixture(scope='module')
-def corpus_dir(tmp_path_factory):
-  directory = tmp_path_factory.mktemp('corpus')
-  for i in range(3):
-    make_corpus(directory / f'part{i}.txt.gz', documents=40, seed=i, gz=True)
-  return str(directory)
-
-
-@pytest.fixture(scope='module')
-def tokenizer(corpus_dir, tmp_path_factory):
-  lines = (line for document in corpus.TextFiles(corpus_dir).documents() for line in document)
-  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
+def tokenizer(corpus_dir_tokenizer):
+  return corpus_dir_tokenizer
 
 
 @pytest.fixture(scope='module')

@@ -6,24 +6,15 @@ import os
 import numpy as np
 import pytest
 
-from helpers import make_corpus, run_data_cli as _cli
+from helpers import run_data_cli as _cli
 from electra_jax import data
 from electra_jax.data import BatchIterator, DataError, build, examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 
 
 @pytest.fixture(scope='module')
-def corpus_dir(tmp_path_factory):
-  directory = tmp_path_factory.mktemp('corpus_dir')
-  for i in range(3):
-    make_corpus(directory / f'part{i}.txt.gz', documents=40, seed=i, gz=True)
-  return str(directory)
-
-
-@pytest.fixture(scope='module')
-def tokenizer(corpus_dir, tmp_path_factory):
-  lines = (line for document in data.open_source(data.DataConfig(source=corpus_dir)).documents() for line in document)
-  return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')
+def tokenizer(corpus_dir_tokenizer):
+  return corpus_dir_tokenizer
 
 
 @pytest.mark.slow
