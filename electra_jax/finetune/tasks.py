@@ -239,8 +239,8 @@ def _tfds_source(task: Task, split: str, data_dir: str):
     builder = tfds.builder(task.location, data_dir=data_dir or None, file_format='array_record')
     if not builder.is_prepared():
       _check_download_host(task, getattr(builder.builder_config, 'data_url', ''), builder.data_dir, files_key)
-    return tfds.data_source(task.location, split=split, data_dir=data_dir or None,
-                            builder_kwargs={'file_format': 'array_record'})
+      builder.download_and_prepare()
+    return builder.as_data_source(split=split)
   except DataError:
     raise
   except Exception as e:  # tfds raises many types for missing or unpreparable data
