@@ -20,6 +20,22 @@ def accumulate(total, metrics):
   return metrics if total is None else jax.tree.map(lambda a, b: a + b, total, metrics)
 
 
+FILE = 'metrics.jsonl'
+
+
+def read(path) -> list[dict]:
+  """The records of metrics.jsonl `path`, in order (a line cut short by a crash is skipped)."""
+  records = []
+  for line in fileio.path(path).read_text(encoding='utf-8').splitlines():
+    try:
+      record = json.loads(line)
+    except ValueError:
+      continue
+    if isinstance(record, dict) and 'step' in record:
+      records.append(record)
+  return records
+
+
 UPLOAD_SECONDS = 60.0  # how often a gs:// workdir's metrics.jsonl and TensorBoard events are brought up to date
 
 
@@ -38,8 +54,8 @@ class MetricsWriter:
     if not self.active:
       return
     from tensorboardX import SummaryWriter  # noqa: PLC0415
-    self.staging = fileio.Staging(workdir, fetch=['metrics.jsonl'])
-    path = self.staging.local / 'metrics.jsonl'
+    self.staging = fileio.Staging(workdir, fetch=[FILE])
+    path = self.staging.local / FILE
     if path.exists():
       _truncate_after(path, resumed_at)
     self.jsonl = open(path, 'a', encoding='utf-8')

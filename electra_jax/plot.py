@@ -10,16 +10,15 @@ Errors print one line `error: ...` and exit with status 1.
 """
 
 import argparse
-import json
 import math
 import os
 import sys
 
 from matplotlib.figure import Figure
 
-from electra_jax import fileio
+from electra_jax import fileio, metrics as metrics_lib
 
-METRICS_FILE = 'metrics.jsonl'
+METRICS_FILE = metrics_lib.FILE
 # What a pre-training run's panels show, in this order, when the runs logged them (see the README's Outputs).
 DEFAULT_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy', 'disc_recall',
                    'disc_precision', 'disc_prob_replaced', 'disc_prob_original', 'eval_disc_auc', 'learning_rate')
@@ -60,14 +59,7 @@ def find_runs(paths: list[str]) -> dict[str, str]:
 
 def read_metrics(path: str) -> list[dict]:
   """The records of a metrics.jsonl (a line cut short by a crash is skipped)."""
-  records = []
-  for line in fileio.path(path).read_text(encoding='utf-8').splitlines():
-    try:
-      record = json.loads(line)
-    except ValueError:
-      continue
-    if isinstance(record, dict) and 'step' in record:
-      records.append(record)
+  records = metrics_lib.read(path)
   if not records:
     raise PlotError(f'{path} holds no metrics yet (no complete line with a step)')
   return records

@@ -2,7 +2,6 @@
 from a checkpoint and never moves it, samples at the temperature schedule, counts its FLOPs (forward pass per step;
 its training cost apart), and resumes exactly."""
 
-import json
 import os
 
 import flax.linen as nn
@@ -15,7 +14,7 @@ from electra_jax import (checkpoint, config_files, data, flops, frozen, objectiv
                          trainer)
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
-from helpers import tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = [pytest.mark.usefixtures('compile_once'), pytest.mark.slow]
 
@@ -34,11 +33,6 @@ def frozen_config(corpus_file, cache_dir, mlm_run):
       'objective.name': 'electra_frozen', 'objective.generator_checkpoint': mlm_run, 'objective.generator_step': 2,
       'objective.initial_temperature': 3.0, 'objective.temperature_decay_fraction': 0.5,
       'data.tokenizer': mlm_run})
-
-
-def read_metrics(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f]
 
 
 def all_params(workdir, step=None):

@@ -46,6 +46,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from electra_jax import cli, compile_cache, data, fileio, finetune, frozen, objective, trainer
+from electra_jax import metrics as metrics_lib
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.config import ConfigError
@@ -331,10 +332,10 @@ def pretraining_summary(workdir: str) -> dict:
   """From a pre-training workdir's metrics.jsonl: the median logged tokens_per_second; with held-out evaluations,
   the last one's step and LAST_EVAL metrics and, for a run with a discriminator, `left_prior_step` (the first
   evaluation's step with eval_disc_recall >= LEFT_PRIOR_RECALL; None: not by the last)."""
-  path = fileio.path(workdir) / 'metrics.jsonl'
+  path = fileio.path(workdir) / metrics_lib.FILE
   if not path.is_file():
     return {}
-  rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  rows = metrics_lib.read(path)
   speeds = sorted(row['tokens_per_second'] for row in rows if 'tokens_per_second' in row)
   summary = {'tokens_per_second': speeds[len(speeds) // 2]} if speeds else {}
   evaluations = [row for row in rows if any(key.startswith('eval_') for key in row)]
