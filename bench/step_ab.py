@@ -3,8 +3,9 @@
   python bench/step_ab.py --lever=sampler --config=configs/small.py --batch=32 --rounds=6 --steps=3
   python bench/step_ab.py --lever=dropout --config=configs/small.py --batch=32 --rounds=6 --steps=3
 
---lever=sampler: the official Gumbel-argmax sampler against ours (inverse CDF). --lever=dropout: dropout masks
-from one uniform float per element against 16 random bits per element (model.dropout_draw uniform / bits16).
+--lever=sampler: the official Gumbel-argmax sampler against ours (objective.sampling gumbel / inverse_cdf).
+--lever=dropout: dropout masks from one uniform float per element against 16 random bits per element
+(model.dropout_draw uniform / bits16).
 Both steps are compiled first; then each round times `--steps` steps of one and then of the other, so a machine
 whose speed drifts (shared, throttled) slows both alike. Prints the median, mean and fastest step of each.
 """
@@ -19,9 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
 import jax
-import jax.numpy as jnp
 
-from electra_jax import config as config_lib, objective, sharding
+from electra_jax import config as config_lib, sharding
 from electra_jax.train_step import Pretraining
 import step_throughput
 import synthetic
@@ -33,29 +33,24 @@ _ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps of one, steps of t
 _LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout'], 'What the two steps differ in.')
 
 
-def gumbel_argmax(rng, logits, targets, config, progress=1.0):
-  """The official sampler: argmax(logits / T + Gumbel noise), one random number per vocabulary entry."""
-  logits = jax.lax.stop_gradient(objective.sampling_logits(logits, targets, config, progress))
-  return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape, logits.dtype), axis=-1).astype(targets.dtype)
+# Each lever: the config key and its two values.
+LEVERS = {'sampler': ('objective.sampling', ('gumbel', 'inverse_cdf')),
+          'dropout': ('model.dropout_draw', ('uniform', 'bits16'))}
 
 
 def main(argv):
   del argv
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
-  ours = objective.sample_replacements
-  if _LEVER.value == 'sampler':
-    c = config_lib.load(cfg, vocab_size=_VOCAB.value)
-    variants = (('gumbel-argmax', c, gumbel_argmax), ('inverse CDF', c, ours))
-  else:
-    variants = []
-    for draw in ('uniform', 'bits16'):
-      cfg.model.dropout_draw = draw
-      variants.append((draw, config_lib.load(cfg, vocab_size=_VOCAB.value), ours))
+  key, values = LEVERS[_LEVER.value]
+  section, field = key.split('.')
+  variants = []
+  for value in values:
+    cfg[section][field] = value
+    variants.append((value, config_lib.load(cfg, vocab_size=_VOCAB.value)))
   batch = synthetic.random_batch(_BATCH.value, variants[0][1].data.max_seq_length, _VOCAB.value)
   runs = {}
-  for name, c, sampler in variants:
-    objective.sample_replacements = sampler  # read when the step is traced, in compile()
+  for name, c in variants:
     run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
     run.compile()
     state = run.init_state(jax.random.PRNGKey(0))
@@ -64,7 +59,6 @@ def main(argv):
     state, metrics = run.step_fn(state, device_batch, rng)  # warm-up
     jax.block_until_ready(metrics)
     runs[name] = {'run': run, 'state': state, 'batch': device_batch, 'rng': rng, 'seconds': []}
-  objective.sample_replacements = ours
   for _ in range(_ROUNDS.value):
     for r in runs.values():
       for _ in range(_STEPS.value):
