@@ -5,16 +5,20 @@ code's README suite took 6 min 11 s and 3 min 54 s on 2-core machines of one kin
 on one machine within half an hour (docs/history.md, "The test suite's time"). Run this before and after
 a timing and report it beside the figure; compare timings only at similar speeds. One run takes ~10 s; its median
 varies ~15% from run to run on an idle machine. The program is a step of a stack of 24 dense blocks (RMS norm,
-GELU MLP), its gradient and an Adam update, compiled with the test suite's XLA flags (tests/conftest.py).
+GELU MLP), its gradient and an Adam update, compiled with the test suite's XLA flags (tests/xla_flags.py).
 
   python bench/machine_speed.py
 """
 
 import os
 import statistics
+import sys
 import time
 
-os.environ.setdefault('XLA_FLAGS', '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false')
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests'))
+import xla_flags  # the test suite's flags (tests/xla_flags.py), set before jax loads
+
+os.environ.setdefault('XLA_FLAGS', xla_flags.fast_compile())
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import jax

@@ -3,11 +3,10 @@ Cloud Storage emulator."""
 
 import os
 
-# LLVM -O0: XLA:CPU compiles the tiny test programs 3-4x faster (the tests are compile-bound, not run-bound). The
-# older loop-fusion emitters take another ~20% off the suite's CPU time (measured on tests/test_evaluation.py: 51 ->
-# 40 CPU s); the programs and their semantics are the same. Subprocesses inherit both.
-os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 '
-                      '--xla_cpu_use_fusion_emitters=false')
+import xla_flags
+
+# Faster-compiling XLA:CPU settings (tests/xla_flags.py); subprocesses inherit them.
+os.environ.setdefault('XLA_FLAGS', f'--xla_force_host_platform_device_count=8 {xla_flags.fast_compile()}')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import http.server

@@ -76,10 +76,10 @@ def test_missing_setting_is_one_line(script, env, message, tmp_path):
 
 
 def test_xla_knows_every_flag():
-  """XLA aborts on a flag it does not know (e.g. MaxText's newer --xla_gpu_pipeline_all_gather): jaxlib's CPU
-  client parses XLA_FLAGS with the same XLA as the CUDA plugin of the same version."""
+  """XLA aborts on a flag it does not know (MaxText's --xla_gpu_pipeline_all_gather, say, which jaxlib 0.10 lacks
+  and 0.11 has): jaxlib's CPU client parses XLA_FLAGS with the same XLA as the CUDA plugin of the same version."""
   check = f'source launch/gpu_env.sh && {shlex.quote(sys.executable)} -c "import jax; jax.devices()"'
   known = bash('-c', check, JAX_PLATFORMS='cpu')
   assert known.returncode == 0, known.stderr
-  unknown = bash('-c', check, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_gpu_pipeline_all_gather=on')
-  assert unknown.returncode != 0 and 'Unknown flag in XLA_FLAGS: --xla_gpu_pipeline_all_gather=on' in unknown.stderr
+  unknown = bash('-c', check, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_gpu_no_such_flag=on')  # in no XLA
+  assert unknown.returncode != 0 and 'Unknown flag in XLA_FLAGS: --xla_gpu_no_such_flag=on' in unknown.stderr
