@@ -3,8 +3,8 @@ bench/machine_speed.py times a compile with them). Imports nothing of jax: they 
 
 LLVM -O0: XLA:CPU compiles the tiny test programs 3-4x faster (the tests are compile-bound, not run-bound). The
 older loop-fusion emitters take another ~20% off the suite's CPU time (measured on tests/test_evaluation.py: 51 ->
-40 CPU s); the programs and their semantics are the same. jaxlib 0.11 dropped those emitters and their flag, and
-XLA aborts on a flag it does not know, so it is set for older jaxlibs only.
+40 CPU s); the programs and their semantics are the same. The XLA of jaxlib 0.11 has no such flag and aborts on a
+flag it does not know, so it is set for older jaxlibs only.
 """
 
 from importlib import metadata
