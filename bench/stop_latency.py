@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, 'tests'))
 
-from helpers import FAULTS_CONFIG_FILE, free_port, make_corpus  # noqa: E402
+from helpers import FAULTS_CONFIG_FILE, LocalProcesses, make_corpus  # noqa: E402
 
 _LOG_TIME = re.compile(r'^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+)')
 
@@ -52,18 +51,11 @@ def day_seconds(moment: float) -> float:
 
 def one_run(work: str, corpus: str, processes: int, everyone: bool, steps: int, after: int) -> dict:
   workdir = tempfile.mkdtemp(dir=work)
-  port = free_port()
-  command = [sys.executable, '-m', 'electra_jax.main', f'--config={FAULTS_CONFIG_FILE}', f'--workdir={workdir}',
-             f'--config.data.source={corpus}', f'--config.train_steps={steps}', '--config.mesh.shape=-1,1,1',
-             '--config.checkpoint_every=1000']
-  procs, logs = [], []
-  for i in range(processes):
-    env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='0',
-               XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0',
-               JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES=str(processes), JAX_PROCESS_ID=str(i))
-    logs.append(os.path.join(work, f'{os.path.basename(workdir)}.{i}.log'))
-    with open(logs[-1], 'w', encoding='utf-8') as out:
-      procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+  args = [f'--config={FAULTS_CONFIG_FILE}', f'--workdir={workdir}', f'--config.data.source={corpus}',
+          f'--config.train_steps={steps}', '--config.mesh.shape=-1,1,1', '--config.checkpoint_every=1000']
+  run = LocalProcesses(args, processes, os.path.join(work, os.path.basename(workdir)),
+                       env={'TF_CPP_MIN_LOG_LEVEL': '0'})  # jax's INFO lines: the times below are read from them
+  procs, logs = run.procs, run.logs
   metrics = os.path.join(workdir, 'metrics.jsonl')
 
   def logged() -> int:
