@@ -154,17 +154,17 @@ def initialize_distributed():
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
-    with hosts.joined_within(seconds['start']):
-      jax.distributed.initialize(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
-                                 num_processes=int(env['JAX_NUM_PROCESSES']),
-                                 process_id=int(env['JAX_PROCESS_ID']), **timeouts)
+    job = dict(coordinator_address=env['JAX_COORDINATOR_ADDRESS'], num_processes=int(env['JAX_NUM_PROCESSES']),
+               process_id=int(env['JAX_PROCESS_ID']))
   elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
-    with hosts.joined_within(seconds['start']):
-      jax.distributed.initialize(**timeouts)
+    job = {}  # jax finds the coordinator and this process's place itself
+  else:
+    return  # one process
+  with hosts.joined_within(seconds['start']):
+    jax.distributed.initialize(**job, **timeouts)
   if jax.process_count() > 1 and jax.default_backend() == 'cpu':
     # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
     # which start-up, data loading and compiling on loaded hosts can exceed. Connected now, while the processes are
     # in step (jax.distributed.initialize just met them all), later collectives over all devices wait as needed.
     multihost_utils.sync_global_devices('electra_jax: processes connected')
-
