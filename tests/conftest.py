@@ -77,7 +77,7 @@ def corpus_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
-def corpus_dir_tokenizer(corpus_dir, tmp_path_factory):
+def corpus_tokenizer(corpus_dir, tmp_path_factory):
   """A 64-piece WordPiece tokenizer trained on `corpus_dir`."""
   lines = (line for document in corpus.TextFiles(corpus_dir).documents() for line in document)
   return tokenizer_lib.train(lines, str(tmp_path_factory.mktemp('tokenizer')), vocab_size=64, kind='wordpiece')

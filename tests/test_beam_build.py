@@ -22,15 +22,10 @@ SHARD_BYTES = 64 * 3 * 50  # and several shards
 
 
 @pytest.fixture(scope='module')
-def tokenizer(corpus_dir_tokenizer):
-  return corpus_dir_tokenizer
-
-
-@pytest.fixture(scope='module')
-def pool_build(corpus_dir, tokenizer, tmp_path_factory):
+def pool_build(corpus_dir, corpus_tokenizer, tmp_path_factory):
   """The local build (2 processes) of the corpus: (directory, metadata)."""
   directory = str(tmp_path_factory.mktemp('pool') / 'data')
-  return directory, build.build(corpus.TextFiles(corpus_dir), tokenizer, directory, HOW, processes=2,
+  return directory, build.build(corpus.TextFiles(corpus_dir), corpus_tokenizer, directory, HOW, processes=2,
                                 shard_bytes=SHARD_BYTES)
 
 
@@ -48,13 +43,13 @@ def assert_same_dataset(directory, pool_build):
         name == examples_lib.METADATA, name
 
 
-def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, tmp_path, gcs_dir):
+def test_beam_writes_the_local_builds_shards(corpus_dir, corpus_tokenizer, pool_build, tmp_path, gcs_dir):
   source = corpus.TextFiles(corpus_dir)
-  beam_build.build(source, tokenizer, str(tmp_path / 'beam'), HOW, runner='DirectRunner', processes=1,
+  beam_build.build(source, corpus_tokenizer, str(tmp_path / 'beam'), HOW, runner='DirectRunner', processes=1,
                      shard_bytes=SHARD_BYTES)
   assert_same_dataset(str(tmp_path / 'beam'), pool_build)
   assert sorted(os.listdir(tmp_path)) == ['beam']  # the staging directory is gone
-  beam_build.build(source, tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
+  beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
   assert_same_dataset(gcs_dir, pool_build)
   assert not (fileio.path(gcs_dir) / build.PARTIAL).exists()
   # What the trainer reads from gs:// is what the local build holds.
@@ -64,7 +59,7 @@ def test_beam_writes_the_local_builds_shards(corpus_dir, tokenizer, pool_build, 
   np.testing.assert_array_equal(from_gcs.read(np.arange(len(local)))[0], local.read(np.arange(len(local)))[0])
 
 
-def test_beam_packs_long_lines_as_the_local_build(corpus_dir, tokenizer, tmp_path):
+def test_beam_packs_long_lines_as_the_local_build(corpus_dir, corpus_tokenizer, tmp_path):
   """long_lines=truncate on Beam: the local build's shards and manifest value (a paragraph a line, each longer than
   an example)."""
   documents = list(corpus.TextFiles(corpus_dir).documents())
@@ -74,17 +69,17 @@ def test_beam_packs_long_lines_as_the_local_build(corpus_dir, tokenizer, tmp_pat
     (text / f'part{i}.txt').write_text('\n\n'.join(' '.join(d) for d in documents[20 * i:20 * i + 20]) + '\n')
   how = build.Packing(32, seed=5, long_lines='truncate', chunk_chars=3000)
   source = corpus.TextFiles(str(text))
-  pool = build.build(source, tokenizer, str(tmp_path / 'pool'), how, processes=1, shard_bytes=32 * 3 * 20)
-  beam = beam_build.build(source, tokenizer, str(tmp_path / 'beam'), how, runner='DirectRunner', processes=1,
+  pool = build.build(source, corpus_tokenizer, str(tmp_path / 'pool'), how, processes=1, shard_bytes=32 * 3 * 20)
+  beam = beam_build.build(source, corpus_tokenizer, str(tmp_path / 'beam'), how, runner='DirectRunner', processes=1,
                           shard_bytes=32 * 3 * 20)
   assert beam['long_lines'] == pool['long_lines'] == 'truncate' and len(pool['shards']) > 1
   assert beam['shards'] == pool['shards'] and beam['statistics'] == pool['statistics']
-  split = build.build(source, tokenizer, str(tmp_path / 'split'), dataclasses.replace(how, long_lines='split'),
+  split = build.build(source, corpus_tokenizer, str(tmp_path / 'split'), dataclasses.replace(how, long_lines='split'),
                       processes=1, shard_bytes=32 * 3 * 20)
   assert split['num_examples'] > pool['num_examples']  # the lines were longer than an example
 
 
-def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir, monkeypatch):
+def test_a_failed_job_leaves_no_dataset(corpus_dir, corpus_tokenizer, tmp_path, gcs_dir, monkeypatch):
   """A worker failing on one shard: no manifest on gs://, no output locally; an empty corpus is one clear error."""
   write = beam_build.WriteShard.process
 
@@ -97,7 +92,8 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir
   source = corpus.TextFiles(corpus_dir)
   for output in (gcs_dir, str(tmp_path / 'local')):
     with pytest.raises(Exception, match='disk full'):
-      beam_build.build(source, tokenizer, output, HOW, runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
+      beam_build.build(source, corpus_tokenizer, output, HOW, runner='DirectRunner', processes=1,
+                       shard_bytes=SHARD_BYTES)
     assert not examples_lib.is_built(output)
   assert os.listdir(tmp_path) == []
   with pytest.raises(DataError, match='pass --overwrite'):  # what the failed job left on gs://
@@ -108,15 +104,15 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, tokenizer, tmp_path, gcs_dir
     build.check_output(gcs_dir, overwrite=True, remote=True)
   (tmp_path / 'empty.txt').write_text('\n\n')
   with pytest.raises(DataError, match='holds no text'):
-    beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), tokenizer, str(tmp_path / 'out'), HOW,
+    beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), corpus_tokenizer, str(tmp_path / 'out'), HOW,
                      runner='DirectRunner', processes=1, shard_bytes=SHARD_BYTES)
   assert os.listdir(tmp_path) == ['empty.txt']
 
 
-def test_cli_runner_and_pipeline_options(corpus_dir, tokenizer, tmp_path, gcs_dir, capsys):
+def test_cli_runner_and_pipeline_options(corpus_dir, corpus_tokenizer, tmp_path, gcs_dir, capsys):
   """--runner passes Beam's own options through and writes gs://; without it, gs:// and Beam options are refused
   with what to do."""
-  common = [f'--source={corpus_dir}', f'--tokenizer={os.path.dirname(tokenizer.model_file)}',
+  common = [f'--source={corpus_dir}', f'--tokenizer={os.path.dirname(corpus_tokenizer.model_file)}',
             '--max_seq_length=32']
   status, out, _ = _cli(capsys, 'build', *common, f'--output={gcs_dir}', '--runner=DirectRunner',
                         '--direct_num_workers=1', '--direct_running_mode=in_memory')

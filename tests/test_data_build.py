@@ -12,45 +12,40 @@ from electra_jax.data import BatchIterator, DataError, build, examples as exampl
 from electra_jax.data import tokenizer as tokenizer_lib
 
 
-@pytest.fixture(scope='module')
-def tokenizer(corpus_dir_tokenizer):
-  return corpus_dir_tokenizer
-
-
 @pytest.mark.slow
-def test_build_equals_streaming(corpus_dir, tokenizer, tmp_path):
+def test_build_equals_streaming(corpus_dir, corpus_tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
   # Small chunks, so several worker processes each pack some of them.
   how = build.Packing(64, 5, chunk_chars=3000)
-  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), how, processes=2, shard_bytes=64 * 3 * 50)
+  metadata = build.build(source, corpus_tokenizer, str(tmp_path / 'built'), how, processes=2, shard_bytes=64 * 3 * 50)
   assert len(metadata['shards']) > 1 and metadata['statistics']['skipped'] == {}
   built = examples_lib.ArrayRecordExamples(str(tmp_path / 'built'))
-  streamed = build.pack_in_memory(source, tokenizer, how, processes=1)
+  streamed = build.pack_in_memory(source, corpus_tokenizer, how, processes=1)
   assert len(built) == len(streamed) == metadata['num_examples']
   input_ids, segment_ids = built.read(np.arange(len(built)))
   np.testing.assert_array_equal(input_ids, streamed.input_ids)
   np.testing.assert_array_equal(segment_ids, streamed.segment_ids)
-  batches = [BatchIterator(e, tokenizer.special, batch_size=16, seed=0) for e in (built, streamed)]
+  batches = [BatchIterator(e, corpus_tokenizer.special, batch_size=16, seed=0) for e in (built, streamed)]
   for _ in range(2 * len(built) // 16):
     a, b = next(batches[0]), next(batches[1])
     for key in a:
       np.testing.assert_array_equal(a[key], b[key])
   stats = metadata['statistics']
-  assert stats == {**examples_lib.statistics(built, tokenizer.special), **stats}
+  assert stats == {**examples_lib.statistics(built, corpus_tokenizer.special), **stats}
   assert stats['documents'] == 120 and 0.5 < stats['fill_ratio'] <= 1 and stats['unknown_rate'] == 0
   assert 0.7 < stats['kept_token_fraction'] <= 1
 
 
-def test_built_directory_as_data_source(corpus_dir, tokenizer, tmp_path):
+def test_built_directory_as_data_source(corpus_dir, corpus_tokenizer, tmp_path):
   source = data.open_source(data.DataConfig(source=corpus_dir))
-  build.build(source, tokenizer, str(tmp_path / 'built'), build.Packing(32), processes=1)
+  build.build(source, corpus_tokenizer, str(tmp_path / 'built'), build.Packing(32), processes=1)
   config = data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32)
   loaded = data.load_tokenizer(config)  # the one saved with the data
-  assert loaded.fingerprint == tokenizer.fingerprint and isinstance(loaded, tokenizer_lib.WordPieceTokenizer)
+  assert loaded.fingerprint == corpus_tokenizer.fingerprint and isinstance(loaded, tokenizer_lib.WordPieceTokenizer)
   assert len(data.load_examples(config, loaded)) > 0
   with pytest.raises(DataError, match='max_seq_length=32'):
     data.load_examples(data.DataConfig(source=config.source, max_seq_length=64), loaded)
-  cased = tokenizer_lib.load(tokenizer.model_file, lowercase=False)
+  cased = tokenizer_lib.load(corpus_tokenizer.model_file, lowercase=False)
   with pytest.raises(DataError, match='built with another tokenizer'):
     data.load_examples(config, cased)
   os.remove(tmp_path / 'built' / 'examples-00000.array_record')
@@ -116,27 +111,27 @@ def test_cli_help_shows_the_defaults(capsys):
   assert '(default: None)' not in out and '(default: False)' not in out
 
 
-def test_long_lines(corpus_dir, tokenizer, tmp_path, cache_dir):
+def test_long_lines(corpus_dir, corpus_tokenizer, tmp_path, cache_dir):
   """One paragraph on one line, L=32: 'split' packs all its n tokens (ceil(n / 29) examples of up to L - 3),
   'truncate' one example of its first 30 (L - 2), and neither reuses the other's cached or built examples."""
   del cache_dir
   document = next(iter(data.open_source(data.DataConfig(source=corpus_dir)).documents()))
   (tmp_path / 'text').mkdir()
   (tmp_path / 'text' / 'paragraph.txt').write_text(' '.join(document * 3) + '\n', encoding='utf-8')
-  n = len(tokenizer.encode([' '.join(document * 3)])[0])
+  n = len(corpus_tokenizer.encode([' '.join(document * 3)])[0])
   assert n > 3 * 29
   text = data.DataConfig(source=str(tmp_path / 'text'), max_seq_length=32)
-  assert len(data.load_examples(text, tokenizer)) == -(-n // 29)
+  assert len(data.load_examples(text, corpus_tokenizer)) == -(-n // 29)
   truncated = data.load_examples(data.DataConfig(source=text.source, max_seq_length=32, long_lines='truncate'),
-                                 tokenizer)
+                                 corpus_tokenizer)
   ids = truncated.read(np.arange(len(truncated)))[0]
-  special = tokenizer.special
+  special = corpus_tokenizer.special
   assert len(ids) == 1 and int(np.isin(ids, [special.pad, special.cls, special.sep], invert=True).sum()) == 30
   source = data.open_source(text)
-  metadata = build.build(source, tokenizer, str(tmp_path / 'built'), build.Packing(32, long_lines='truncate'),
+  metadata = build.build(source, corpus_tokenizer, str(tmp_path / 'built'), build.Packing(32, long_lines='truncate'),
                          processes=1)
   assert metadata['long_lines'] == 'truncate' and metadata['num_examples'] == 1
   with pytest.raises(DataError, match='built with long_lines=truncate, but data.long_lines=split'):
-    data.load_examples(data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32), tokenizer)
+    data.load_examples(data.DataConfig(source=str(tmp_path / 'built'), max_seq_length=32), corpus_tokenizer)
   with pytest.raises(DataError, match="data.long_lines must be one of split, truncate, got 'cut'"):
     data.DataConfig(long_lines='cut')
