@@ -33,20 +33,19 @@ _ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps of one, steps of t
 _LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout'], 'What the two steps differ in.')
 
 
-# Each lever: the config key and its two values.
-LEVERS = {'sampler': ('objective.sampling', ('gumbel', 'inverse_cdf')),
-          'dropout': ('model.dropout_draw', ('uniform', 'bits16'))}
+# Each lever: the config section and key, and the two values.
+LEVERS = {'sampler': ('objective', 'sampling', ('gumbel', 'inverse_cdf')),
+          'dropout': ('model', 'dropout_draw', ('uniform', 'bits16'))}
 
 
 def main(argv):
   del argv
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
-  key, values = LEVERS[_LEVER.value]
-  section, field = key.split('.')
+  section, key, values = LEVERS[_LEVER.value]
   variants = []
   for value in values:
-    cfg[section][field] = value
+    cfg[section][key] = value
     variants.append((value, config_lib.load(cfg, vocab_size=_VOCAB.value)))
   batch = synthetic.random_batch(_BATCH.value, variants[0][1].data.max_seq_length, _VOCAB.value)
   runs = {}

@@ -18,7 +18,6 @@ from matplotlib.figure import Figure
 
 from electra_jax import fileio, metrics as metrics_lib
 
-METRICS_FILE = metrics_lib.FILE
 # What a pre-training run's panels show, in this order, when the runs logged them (see the README's Outputs).
 DEFAULT_METRICS = ('loss', 'gen_loss', 'disc_loss', 'gen_accuracy', 'mlm_accuracy', 'disc_accuracy', 'disc_recall',
                    'disc_precision', 'disc_prob_replaced', 'disc_prob_original', 'eval_disc_auc', 'learning_rate')
@@ -38,14 +37,14 @@ def find_runs(paths: list[str]) -> dict[str, str]:
     location = fileio.path(path)
     if location.is_file():
       files = [location]
-    elif (location / METRICS_FILE).is_file():
-      files = [location / METRICS_FILE]
+    elif (location / metrics_lib.FILE).is_file():
+      files = [location / metrics_lib.FILE]
     elif location.is_dir():
-      files = sorted(child / METRICS_FILE for child in location.iterdir() if (child / METRICS_FILE).is_file())
+      files = sorted(child / metrics_lib.FILE for child in location.iterdir() if (child / metrics_lib.FILE).is_file())
     else:
-      raise PlotError(f'{path} does not exist; give a run\'s WORKDIR or its {METRICS_FILE}')
+      raise PlotError(f'{path} does not exist; give a run\'s WORKDIR or its {metrics_lib.FILE}')
     if not files:
-      raise PlotError(f'{path} holds no {METRICS_FILE} (nor do its subdirectories): has the run logged a step yet?')
+      raise PlotError(f'{path} holds no {metrics_lib.FILE} (nor do its subdirectories): has the run logged a step yet?')
     for file in files:
       found[os.fspath(file)] = os.fspath(file)
   # Label each run by the shortest tail of its directory that tells it from the others.
