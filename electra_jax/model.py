@@ -116,20 +116,28 @@ class Embeddings(nn.Module):
 
   def setup(self):
     c = self.config
-    self.word_embeddings = nn.Embed(c.vocab_size, c.embedding_size, dtype=c.dtype,
-                                    embedding_init=_init(c, ('vocab', 'token_embed')))
-    self.position_embeddings = nn.Embed(c.max_position_embeddings, c.embedding_size, dtype=c.dtype,
+    # The lookups read the float32 tables and cast what they read (the same values as a lookup in a bf16 copy), so
+    # that the word table's gradient is a float32 scatter-add. In bf16, on a GPU, each update of a scatter-add is a
+    # compare-and-swap loop: the rows that many tokens share ([MASK], [PAD]) serialise, and the word and token-type
+    # tables' scatter-adds took 95 of the 110 ms of an ELECTRA-Small step on an H200 (BENCHMARKS.md).
+    self.word_embeddings = nn.Embed(c.vocab_size, c.embedding_size, embedding_init=_init(c, ('vocab', 'token_embed')))
+    self.position_embeddings = nn.Embed(c.max_position_embeddings, c.embedding_size,
                                         embedding_init=_init(c, (None, 'token_embed')))
-    self.token_type_embeddings = nn.Embed(c.type_vocab_size, c.embedding_size, dtype=c.dtype,
+    self.token_type_embeddings = nn.Embed(c.type_vocab_size, c.embedding_size,
                                           embedding_init=_init(c, (None, 'token_embed')))
     self.LayerNorm = layer_norm(c, 'token_embed')  # pylint: disable=invalid-name
     self.dropout = Dropout(c.dropout_rate, c.dropout_draw)
 
   def __call__(self, input_ids, segment_ids, *, deterministic: bool, rows=None):
     """[batch, length] ids -> [batch, length, embedding_size]."""
-    length = input_ids.shape[-1]
-    x = (self.word_embeddings(input_ids) + self.position_embeddings(jnp.arange(length))[None]
-         + self.token_type_embeddings(segment_ids))
+    c, length = self.config, input_ids.shape[-1]
+    positions = self.position_embeddings.embedding[:length]  # a slice: its gradient is a pad, not a scatter
+    # Two token types (or a few): each token's row chosen by a comparison per row, so that the gradient is one
+    # reduction per row rather than a scatter-add into a table that every token of the batch updates.
+    types = self.token_type_embeddings.embedding
+    chosen = segment_ids[..., None, None] == jnp.arange(types.shape[0])[:, None]  # [batch, length, types, 1]
+    token_types = jnp.sum(jnp.where(chosen, types, 0.0), axis=-2)
+    x = (self.word_embeddings(input_ids) + positions[None] + token_types).astype(c.dtype)
     x = self.dropout(self.LayerNorm(x), _rows(rows, input_ids), deterministic=deterministic)
     return constrain(x, ('activation_batch', 'activation_length', 'activation_embed'))
 

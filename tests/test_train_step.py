@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import importlib
 import math
+import re
 
 import flax.linen as nn
 import jax
@@ -144,6 +145,20 @@ def test_loss_goes_down_on_a_fixed_batch(run, batch, initial):
 
 
 @pytest.mark.slow
+def test_embedding_gradients_scatter_only_into_the_float32_word_table():
+  """On a GPU each update of a bf16 scatter-add is a compare-and-swap loop, and the updates of one row serialise:
+  the bf16 scatter-adds of the embedding tables' gradients took 95 of the 110 ms of an ELECTRA-Small step on an
+  H200 (the type table: every token of the batch in 2 rows). In bf16, the step's only scatter into a table is the
+  word table's, in float32; positions and token types take none."""
+  c = _config(mesh_shape=(1, 1, 1), model__dtype='bfloat16')
+  text = Pretraining(c, SPECIAL, sharding.make_mesh(c.mesh)).lower().as_text()
+  results = re.findall(r'"stablehlo\.scatter"\(.*?\}\) : \([^)]*\) -> tensor<([^>]*)>', text, re.S)
+  tables = {f'{rows}x{c.model.embedding_size}x{dtype}' for rows in (V, c.model.max_position_embeddings,
+                                                                     c.model.type_vocab_size)
+            for dtype in ('f32', 'bf16')}
+  assert results and {r for r in results if r in tables} == {f'{V}x{c.model.embedding_size}xf32'}
+
+
 def test_step_is_pure(run, batch, initial):
   a, metrics_a = run.step_fn(_fresh(run, initial), batch, _rng(1))
   b, metrics_b = run.step_fn(_fresh(run, initial), batch, _rng(1))
