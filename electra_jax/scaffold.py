@@ -86,12 +86,15 @@ def _place(x, sharding):
 
 def threefry_kernels():
   """A context in which jax lowers threefry on GPUs to its CUDA kernel rather than inline (the same bits; elsewhere
-  nothing changes): XLA:GPU compiled ELECTRA-Small's initialiser for an H100 in 180 s instead of 965 s this way (on
-  a loaded 2-core CPU, no GPU: bench/gpu_kernels.py). The initialiser runs once, so the memory the kernel's bits
-  take does not matter there."""
+  nothing changes), unless JAX_THREEFRY_GPU_KERNEL_LOWERING says otherwise. XLA:GPU compiles far less code this
+  way: ELECTRA-Small's initialiser for an H100 in 180 s instead of 965 s (a loaded 2-core CPU, no GPU:
+  bench/gpu_kernels.py), its train step on an H200 in 53 s instead of 121 s (16 compiles at once), for a step
+  1.2 ms slower there, within its noise (BENCHMARKS.md). The initialiser and the train step are lowered in it."""
   from jax._src import config as jax_config  # noqa: PLC0415  (no public context for it)
   state = getattr(jax_config, 'threefry_gpu_kernel_lowering', None)
-  return state(True) if state is not None else contextlib.nullcontext()
+  if state is None or 'JAX_THREEFRY_GPU_KERNEL_LOWERING' in os.environ:
+    return contextlib.nullcontext()
+  return state(True)
 
 
 def _has_cpu() -> bool:

@@ -187,7 +187,7 @@ class Pretraining:
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
     self.check_batch()
-    with sharding.activate(self.mesh, self.config.mesh.rules):
+    with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
       return (self._compiled or self._step)(state, batch, rng)
 
   def compile(self):
@@ -224,9 +224,10 @@ class Pretraining:
     return jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(self.mesh))
 
   def lower(self):
-    """Lowers the train step for the configured shapes without allocating anything (compile-only checks)."""
+    """Lowers the train step for the configured shapes without allocating anything (compile-only checks). On GPUs,
+    threefry (dropout, the generator's samples) is lowered to its CUDA kernel (scaffold.threefry_kernels)."""
     self.check_batch()
-    with sharding.activate(self.mesh, self.config.mesh.rules):
+    with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
       return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())
 
 

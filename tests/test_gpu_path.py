@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import small
-from electra_jax import config as config_lib, report, sharding
+from electra_jax import config as config_lib, report, scaffold, sharding
 from electra_jax.masking import SpecialIds
 from electra_jax.train_step import Pretraining
 
@@ -84,3 +84,15 @@ def test_the_initialiser_on_the_host_gives_the_devices_state(monkeypatch):
   for a, b in zip(jax.tree.leaves(on_device), jax.tree.leaves(on_host)):
     assert a.sharding == b.sharding and a.dtype == b.dtype
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_threefry_kernels_on_gpus_unless_the_user_says_otherwise(monkeypatch):
+  """The train step and the initialiser are lowered with threefry's CUDA kernel on GPUs (a CPU ignores the
+  setting); a JAX_THREEFRY_GPU_KERNEL_LOWERING the user set is kept."""
+  monkeypatch.delenv('JAX_THREEFRY_GPU_KERNEL_LOWERING', raising=False)
+  with scaffold.threefry_kernels():
+    assert jax.config.jax_threefry_gpu_kernel_lowering
+  assert not jax.config.jax_threefry_gpu_kernel_lowering
+  monkeypatch.setenv('JAX_THREEFRY_GPU_KERNEL_LOWERING', 'false')
+  with scaffold.threefry_kernels():
+    assert not jax.config.jax_threefry_gpu_kernel_lowering
