@@ -6,16 +6,18 @@ Stages, most valuable first, each in a process of its own with its own time limi
 the budget is skipped (a second run with --stages=... takes the rest):
   versions   the GPU, driver, python and package versions, and the devices jax sees;
   small      ELECTRA-Small, batch 128 x 128: the JAX step against the PyTorch step (bench/step_throughput.py
-             --vs_torch), with a 3-step profile: the kernels' time per part of the step against the step's time
-             (a gap is the GPU waiting for launches) and the costliest kernels (electra_jax.kernels);
+             --vs_torch);
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
   levers     Small with one lever changed at a time (LEVERS below, or those --levers names), each against the
-             plain GPU defaults of the `small` stage.
+             plain GPU defaults; their steps are compiled first, all at once, into a compile cache of their own.
+             The steps without command buffers (CUDA graphs) are also profiled: the kernels' time per part of the
+             step against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
+             (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace.
 Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
-OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about a minute (a test does).
+OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about two minutes (a test does).
 
 The packages the GPU image may lack (ml_collections, tensorboardX, grain, array_record, portpicker) are
 installed from wheels in WHEELS (default .whl/ in the repository) into a folder of their own, when an import
@@ -23,6 +25,7 @@ fails; docs/gpu.md says how to download them and carry them to the machine.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -41,26 +44,33 @@ STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
 LEVERS = {  # most informative first: a run out of budget measures the first ones
-    # The Small step is ~2,700 kernels doing ~10 ms of work, measured at ~110 ms on an H200 (BENCHMARKS.md): if it
-    # is launch-bound, CUDA graphs (XLA's command buffers) decide its speed, so they are measured first.
+    # The `small` stage's step again, compiled beside the others as they are (see levers()): the baseline measured
+    # the same way.
+    'none (the plain GPU defaults)': ({}, []),
+    # The Small step is ~2,700 kernels: 17.5 ms of kernels, a 20.1 ms step with XLA's command buffers (CUDA graphs),
+    # 39.5 ms without (an H200, BENCHMARKS.md). With them the step is one graph to the profiler: PROFILED.
     'command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, []),
-    'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
-                                                     'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
-    'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
+    # Four times the tokens per step: a step that takes about as long is bound by its launches, not its work.
+    'batch 512 x 128': ({}, ['--batch=512']),
+    'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
     'attention=cudnn, no attention dropout': ({}, ['--config.model.attention=fused',
                                                    '--config.model.attention_dropout_rate=0']),
-    'threefry kernel': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'true'}, []),
-    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
-    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
-    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
+    'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
+                                                     'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
     'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
+    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
+    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
     'scan_layers': ({}, ['--config.model.scan_layers=true']),
+    'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
+    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'attention=einsum, no attention dropout': ({}, ['--config.model.attention=einsum',
                                                     '--config.model.attention_dropout_rate=0']),
     'prng=unsafe_rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'unsafe_rbg'}, []),
     'initialiser on the device': ({'ELECTRA_JAX_INIT': 'device'}, []),
 }
-TINY_LEVERS = ('prng=rbg', 'sampling=gumbel')  # --tiny: two that change the program on a CPU too
+PROFILED = 'command buffers off'  # the lever whose steps are also profiled: each kernel's time, per part of the step
+LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
+TINY_LEVERS = (PROFILED, 'prng=rbg')  # --tiny: the profile, and a lever that changes the program on a CPU too
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -139,8 +149,8 @@ class Check:
     self.row('versions', status, seconds, f'{gpu}; python {sys.version.split()[0]}; ' + ', '.join(
         f'{k} {v}' for k, v in found.items()) + f'; {devices}', {'gpu': gpu, 'versions': found})
 
-  def throughput(self, name: str, config: str, batch: int, length: int, steps: int, limit: float,
-                 extra: list[str] = (), env: dict | None = None, torch: bool = True, profile: int = 0):
+  def throughput_argv(self, config: str, batch: int, length: int, steps: int, extra: list[str] = (),
+                      torch: bool = True, profile: int = 0) -> list[str]:
     argv = [self.python, 'bench/step_throughput.py', f'--config={config}', f'--batch={batch}', f'--length={length}',
             f'--steps={steps}', *extra]
     if self.tiny:
@@ -149,15 +159,20 @@ class Check:
       argv.append('--vs_torch')
     if profile:
       argv.append(f'--profile={profile}')
+    return argv
+
+  def throughput(self, name: str, config: str, batch: int, length: int, steps: int, limit: float,
+                 extra: list[str] = (), env: dict | None = None, torch: bool = True, profile: int = 0,
+                 note: str = ''):
+    argv = self.throughput_argv(config, batch, length, steps, extra, torch, profile)
     status, output, seconds = self.command(name, argv, limit, env)
-    result = next((json.loads(line[len('RESULT '):]) for line in output.splitlines() if line.startswith('RESULT ')),
-                  None)
+    result = _result(output)
     if result is None:
       self.row(name, status, seconds, _last_line(output))
       return None
     text = (f'{result["step_seconds"] * 1e3:.2f} ms/step, {result["tokens_per_second"]:,.0f} tokens/s, MFU '
             f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
-            f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s')
+            f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
@@ -173,8 +188,8 @@ class Check:
 
   def small(self):
     if self.tiny:
-      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240, profile=1)
-    return self.throughput('small', 'configs/small.py', 128, 128, 30, 240, profile=3)
+      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240)
+    return self.throughput('small', 'configs/small.py', 128, 128, 30, 240)
 
   def base(self):
     if self.tiny:
@@ -182,17 +197,44 @@ class Check:
     return self.throughput('base', 'configs/base.py', 32, 512, 20, 200)
 
   def levers(self):
+    """Each lever's step is compiled first, all at once, into one compile cache (the compile was most of a lever's
+    cost: 73 s of the Small step on an H200, one XLA compile keeping few of the host's cores busy), then timed one
+    lever at a time, its step read back from that cache."""
     names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or any(o in n for o in self.only)]
+    shape = ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 10)
+    cache = {'JAX_COMPILATION_CACHE_DIR': os.path.join(self.out, 'lever_cache'),
+             'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0', 'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0'}
+    runs = {}  # name: (environment, extra flags)
     for name in names:
-      if not self.room(f'lever: {name}', 30 if self.tiny else 60):
-        continue
       env, extra = LEVERS[name]
       if 'XLA_FLAGS' in env:
         env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
-      if self.tiny:
-        self.throughput(f'lever: {name}', 'configs/tiny.py', 8, 32, 2, 120, extra, env, torch=False)
-      else:
-        self.throughput(f'lever: {name}', 'configs/small.py', 128, 128, 10, 150, extra, env, torch=False)
+      runs[name] = ({**cache, **env}, extra)
+    compiled = {}
+    if self.room('lever compiles', 30 if self.tiny else 120):
+      def compile_one(name):  # without preallocation: the processes share the GPU while they autotune
+        env, extra = runs[name]
+        argv = self.throughput_argv(*shape, extra, torch=False) + ['--compile_only']
+        _, output, _ = self.command(f'lever compile: {name}', argv, 240,
+                                    {**env, 'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'})
+        result = _result(output)
+        if result:
+          compiled[name] = result['compile_seconds']
+      start = time.monotonic()
+      with concurrent.futures.ThreadPoolExecutor(max_workers=LEVER_COMPILES_AT_ONCE) as pool:
+        list(pool.map(compile_one, names))
+      self.row('lever compiles', 'ok' if len(compiled) == len(names) else f'{len(compiled)} of {len(names)}',
+               time.monotonic() - start, f'{len(names)} steps compiled, {LEVER_COMPILES_AT_ONCE} at a time: '
+               + ', '.join(f'{name} {seconds:.0f} s' for name, seconds in compiled.items()), {'compile': compiled})
+    for name in names:
+      if not self.room(f'lever: {name}', 20 if self.tiny or name in compiled else 60):
+        continue
+      env, extra = runs[name]
+      note = f' (read from the cache; compiled in {compiled[name]:.1f} s beside the others)' if name in compiled else ''
+      if name == PROFILED:
+        extra = [*extra, '--trace_dir=' + os.path.join(self.out, 'trace')]
+      self.throughput(f'lever: {name}', *shape, 120 if self.tiny else 150, extra, env, torch=False, note=note,
+                      profile=(1 if self.tiny else 2) if name == PROFILED else 0)
 
   def quickstart_argv(self) -> list[str]:
     """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""
@@ -249,6 +291,11 @@ class Check:
     lines = ['| stage | status | seconds | result |', '|---|---|---|---|']
     lines += [f'| {stage} | {status} | {seconds:.0f} | {result} |' for stage, status, seconds, result in self.rows]
     return '\n'.join(lines)
+
+
+def _result(output: str) -> dict | None:
+  """The numbers of step_throughput's `RESULT {...}` line in `output` (None: it printed none)."""
+  return next((json.loads(line[len('RESULT '):]) for line in output.splitlines() if line.startswith('RESULT ')), None)
 
 
 def _last_line(output: str) -> str:

@@ -5,10 +5,11 @@ first step costs (the train step's compile, the initialiser's compile and run).
 
 Any config key can be set as in training (`--config.model.attention=cudnn`); the levers of the GPU check that
 are not config keys are environment variables read when jax starts (JAX_DEFAULT_PRNG_IMPL=rbg,
-JAX_THREEFRY_GPU_KERNEL_LOWERING=true, XLA_FLAGS), see bench/gpu_check.py.
+JAX_THREEFRY_GPU_KERNEL_LOWERING=false, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
+--compile_only compiles the step and stops: its RESULT holds the compile's seconds only.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
 model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
 on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
@@ -45,6 +46,10 @@ _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device
 _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step (its own process).')
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
+_TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'With --profile: keep the trace and the compiled step\'s HLO '
+                                 'here (default: a temporary directory).')
+_COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step and stop (with JAX_COMPILATION_CACHE_DIR '
+                                  'set: fill that cache for a later run, as the GPU check does for its levers).')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 
@@ -73,6 +78,8 @@ def time_jax(c, batch, t0: float) -> dict:
   start = time.perf_counter()
   executable = run.compile()  # what step_fn runs from now on
   compiled = time.perf_counter()
+  if _COMPILE_ONLY.value:
+    return {'compile_seconds': compiled - start}
   state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
   initialised = time.perf_counter()
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
@@ -90,12 +97,17 @@ def time_jax(c, batch, t0: float) -> dict:
   profile = {}
   if _PROFILE.value:
     try:  # a profiler that cannot start (no CUPTI, say) must not cost the numbers above
-      with tempfile.TemporaryDirectory() as trace:
+      with tempfile.TemporaryDirectory() as temporary:
+        trace = _TRACE_DIR.value or temporary
         with jax.profiler.trace(trace):
           for _ in range(_PROFILE.value):
             state, metrics = run.step_fn(state, device_batch, rng)
           jax.block_until_ready(metrics)
-        module = kernels.read(executable.as_text())
+        text = executable.as_text()
+        if _TRACE_DIR.value:
+          with open(os.path.join(trace, 'train_step.hlo.txt'), 'w', encoding='utf-8') as f:
+            f.write(text)
+        module = kernels.read(text)
         ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value)
         print(kernels.format_timed(ops), flush=True)
@@ -129,7 +141,7 @@ def time_torch(steps: int) -> tuple[str, dict | None]:
 def main(argv):
   del argv
   # The PyTorch step first, before this process starts JAX's backend: on a GPU that preallocates 75% of its memory.
-  torch_line, torch_result = time_torch(_STEPS.value) if _VS_TORCH.value else ('', None)
+  torch_line, torch_result = time_torch(_STEPS.value) if _VS_TORCH.value and not _COMPILE_ONLY.value else ('', None)
   t0 = time.perf_counter()  # the first step's seconds count from here: the backend's start, compile, initialiser
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
@@ -146,6 +158,9 @@ def main(argv):
         f'({m.dropout_draw}), scan_layers={m.scan_layers}, remat={m.remat}; batch {c.batch_size} x {length}; '
         f'prng {jax.config.jax_default_prng_impl}', flush=True)
   r = time_jax(c, batch, t0)
+  if _COMPILE_ONLY.value:
+    print(f'jax:   compile {r["compile_seconds"]:.1f} s\nRESULT {json.dumps(r)}', flush=True)
+    return
   peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # after the timing: on a CPU it times matmuls
   seconds, tokens = r['step_seconds'], c.batch_size * length
   r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
