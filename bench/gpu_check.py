@@ -201,40 +201,44 @@ class Check:
     cost: 73 s of the Small step on an H200, one XLA compile keeping few of the host's cores busy), then timed one
     lever at a time, its step read back from that cache."""
     names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or any(o in n for o in self.only)]
-    shape = ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 10)
-    cache = {'JAX_COMPILATION_CACHE_DIR': os.path.join(self.out, 'lever_cache'),
-             'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0', 'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0'}
-    runs = {}  # name: (environment, extra flags)
-    for name in names:
-      env, extra = LEVERS[name]
-      if 'XLA_FLAGS' in env:
-        env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
-      runs[name] = ({**cache, **env}, extra)
     compiled = {}
     if self.room('lever compiles', 30 if self.tiny else 120):
-      def compile_one(name):  # without preallocation: the processes share the GPU while they autotune
-        env, extra = runs[name]
-        argv = self.throughput_argv(*shape, extra, torch=False) + ['--compile_only']
-        _, output, _ = self.command(f'lever compile: {name}', argv, 240,
-                                    {**env, 'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'})
-        result = _result(output)
-        if result:
-          compiled[name] = result['compile_seconds']
       start = time.monotonic()
       with concurrent.futures.ThreadPoolExecutor(max_workers=LEVER_COMPILES_AT_ONCE) as pool:
-        list(pool.map(compile_one, names))
+        compiled = {n: s for n, s in zip(names, pool.map(self.compile_lever, names)) if s is not None}
       self.row('lever compiles', 'ok' if len(compiled) == len(names) else f'{len(compiled)} of {len(names)}',
                time.monotonic() - start, f'{len(names)} steps compiled, {LEVER_COMPILES_AT_ONCE} at a time: '
                + ', '.join(f'{name} {seconds:.0f} s' for name, seconds in compiled.items()), {'compile': compiled})
     for name in names:
       if not self.room(f'lever: {name}', 20 if self.tiny or name in compiled else 60):
         continue
-      env, extra = runs[name]
+      env, extra = self.lever(name)
       note = f' (read from the cache; compiled in {compiled[name]:.1f} s beside the others)' if name in compiled else ''
       if name == PROFILED:
         extra = [*extra, '--trace_dir=' + os.path.join(self.out, 'trace')]
-      self.throughput(f'lever: {name}', *shape, 120 if self.tiny else 150, extra, env, torch=False, note=note,
-                      profile=(1 if self.tiny else 2) if name == PROFILED else 0)
+      self.throughput(f'lever: {name}', *self.lever_shape(), 120 if self.tiny else 150, extra, env, torch=False,
+                      note=note, profile=(1 if self.tiny else 2) if name == PROFILED else 0)
+
+  def lever(self, name: str) -> tuple[dict, list[str]]:
+    """The environment and extra flags of lever `name`: its XLA_FLAGS after the check's own, its step kept in the
+    levers' compile cache."""
+    env, extra = LEVERS[name]
+    if 'XLA_FLAGS' in env:
+      env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
+    return env, [*extra, '--compile_cache=' + os.path.join(self.out, 'lever_cache')]
+
+  def lever_shape(self) -> tuple[str, int, int, int]:
+    """The levers' config, batch, length and timed steps."""
+    return ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 10)
+
+  def compile_lever(self, name: str) -> float | None:
+    """Seconds to compile lever `name`'s step into the levers' compile cache beside the others (None: it failed).
+    Without preallocation: the processes share the GPU while they autotune."""
+    env, extra = self.lever(name)
+    argv = self.throughput_argv(*self.lever_shape(), extra, torch=False) + ['--compile_only']
+    _, output, _ = self.command(f'lever compile: {name}', argv, 240, {**env, 'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'})
+    result = _result(output)
+    return result['compile_seconds'] if result else None
 
   def quickstart_argv(self) -> list[str]:
     """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""

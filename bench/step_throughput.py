@@ -9,7 +9,8 @@ JAX_THREEFRY_GPU_KERNEL_LOWERING=false, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
---compile_only compiles the step and stops: its RESULT holds the compile's seconds only.
+--compile_only compiles the step and stops: its RESULT holds the compile's seconds only; with --compile_cache=DIR
+the compiled programs are kept in (and read from) JAX's persistent cache under DIR.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
 model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
 on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 
-from electra_jax import config as config_lib, flops, kernels, report, sharding
+from electra_jax import compile_cache, config as config_lib, flops, kernels, report, sharding
 from electra_jax.train_step import Pretraining
 import synthetic
 
@@ -48,8 +49,10 @@ _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: tor
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 _TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'With --profile: keep the trace and the compiled step\'s HLO '
                                  'here (default: a temporary directory).')
-_COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step and stop (with JAX_COMPILATION_CACHE_DIR '
-                                  'set: fill that cache for a later run, as the GPU check does for its levers).')
+_COMPILE_CACHE = flags.DEFINE_string('compile_cache', '', 'Keep the compiled programs in JAX\'s persistent cache '
+                                     'under this directory (electra_jax.compile_cache); default: no cache.')
+_COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step and stop (with --compile_cache: fill that '
+                                  'cache for a later run, as the GPU check does for its levers).')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 
@@ -143,6 +146,8 @@ def main(argv):
   # The PyTorch step first, before this process starts JAX's backend: on a GPU that preallocates 75% of its memory.
   torch_line, torch_result = time_torch(_STEPS.value) if _VS_TORCH.value and not _COMPILE_ONLY.value else ('', None)
   t0 = time.perf_counter()  # the first step's seconds count from here: the backend's start, compile, initialiser
+  if _COMPILE_CACHE.value:
+    compile_cache.enable(_COMPILE_CACHE.value)
   cfg = _CONFIG.value
   cfg.batch_size = _BATCH.value
   if _LENGTH.value:
