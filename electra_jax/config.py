@@ -68,34 +68,37 @@ REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # 
 # model.attention: how the attention core runs. 'einsum': einsums with a float32 softmax and attention dropout (exact
 #   on every platform). 'fused': `jax.nn.dot_product_attention`, cuDNN's fused flash attention on a GPU ('cudnn'),
 #   XLA's implementation elsewhere ('xla'); it takes no dropout, so it needs model.attention_dropout_rate=0.
-#   'auto': 'fused' on a GPU when the attention dropout is 0 and the dtype bf16, else 'einsum'.
+#   'auto': on a GPU in bf16 'fused', with the attention dropout set to 0 (`for_platform`): ELECTRA-Small's step
+#   23.5 -> 16.1 ms and Base's 84.8 -> 48.7 ms on an H200 (BENCHMARKS.md); 'einsum' keeps the paper's attention
+#   dropout there. 'einsum' elsewhere.
 ATTENTIONS = ('auto', 'einsum', 'fused', 'cudnn', 'xla')
 
 
-def attention_implementation(attention: str, platform: str, dtype: str, attention_dropout_rate: float) -> str:
+def attention_implementation(attention: str, platform: str, dtype: str) -> str:
   """model.attention resolved for `platform`: 'einsum', 'cudnn' or 'xla' (`ATTENTIONS`)."""
   if attention == 'auto':
-    fused = platform == 'gpu' and attention_dropout_rate == 0.0 and dtype != 'float32'
-    attention = 'fused' if fused else 'einsum'
+    attention = 'fused' if platform == 'gpu' and dtype != 'float32' else 'einsum'
   if attention == 'fused':
     return 'cudnn' if platform == 'gpu' else 'xla'
   return attention
 
 
 # model.dropout_draw: how a dropout mask is drawn. 'uniform': one random float per element (jax.random.bernoulli,
-#   as flax's nn.Dropout); 'bits16': 16 random bits per element, one 32-bit draw for two, half the threefry work
-#   (model.Dropout). 'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and
-#   bits16 makes the step ~8% faster; 'uniform' elsewhere: the TPU compiler estimates Large's v3-64 step 17% slower
-#   with 'bits16' (BENCHMARKS.md). The masks differ between the two; both key each row alike (gradient accumulation,
-#   resume and any mesh draw the same masks).
-DROPOUT_DRAWS = ('auto', 'uniform', 'bits16')
+#   as flax's nn.Dropout); 'bits16': 16 random bits per element, one 32-bit draw for two, half the threefry work;
+#   both key each row of the batch alike, so gradient accumulation, resume and any mesh draw the same masks.
+#   'rbg': the micro-batch's mask in one draw of XLA's RngBitGenerator (Philox on a GPU), keyed by its first row:
+#   the same on any mesh and on resume, other masks when the batch is split into micro-batches (model.Dropout).
+#   'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and bits16 makes the step
+#   ~8% faster; 'rbg' on a GPU, where the threefry draws (kernels of their own) were a quarter of the Small step
+#   (BENCHMARKS.md); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17% slower with 'bits16'.
+DROPOUT_DRAWS = ('auto', 'uniform', 'bits16', 'rbg')
 
 
 def dropout_draw(draw: str, platform: str) -> str:
-  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform' or 'bits16'."""
+  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform', 'bits16' or 'rbg'."""
   if draw != 'auto':
     return draw
-  return 'bits16' if platform == 'cpu' else 'uniform'
+  return {'cpu': 'bits16', 'gpu': 'rbg'}.get(platform, 'uniform')
 
 
 # objective.sampling: how the generator's replacements are drawn from its softmax. 'inverse_cdf': one uniform number
@@ -106,13 +109,24 @@ def dropout_draw(draw: str, platform: str) -> str:
 SAMPLINGS = ('inverse_cdf', 'gumbel')
 
 
-def for_platform(model, platform: str) -> dict[str, str]:
+def for_platform(model, platform: str) -> dict:
   """The model keys that depend on the platform ('cpu', 'gpu', 'tpu'), resolved as a run there resolves them:
-  {'dtype', 'attention', 'dropout_draw'}. `model`: the model section of a config file, or a ModelConfig's fields."""
+  {'dtype', 'attention', 'attention_dropout_rate', 'dropout_draw'}. `model`: the model section of a config file, or
+  a ModelConfig's fields."""
   dtype = compute_dtype(model['dtype'], platform)
-  return {'dtype': dtype,
-          'attention': attention_implementation(model['attention'], platform, dtype, model['attention_dropout_rate']),
+  attention = attention_implementation(model['attention'], platform, dtype)
+  fused_by_auto = model['attention'] == 'auto' and attention != 'einsum'
+  return {'dtype': dtype, 'attention': attention,
+          'attention_dropout_rate': 0.0 if fused_by_auto else model['attention_dropout_rate'],
           'dropout_draw': dropout_draw(model['dropout_draw'], platform)}
+
+
+def platform_line(model: 'ModelConfig') -> str:
+  """The line a run starts with: what its platform made of the model's 'auto' keys."""
+  line = f'model: {model.dtype}, attention={model.attention}, dropout masks {model.dropout_draw}'
+  if model.attention != 'einsum' and model.dropout_rate > 0:
+    line += ", no attention dropout (fused attention takes none; model.attention=einsum keeps the paper's)"
+  return line
 
 
 def for_this_platform(model) -> dict[str, str]:

@@ -77,16 +77,19 @@ class Dropout(nn.Module):
 
   x is [rows * n, ...] with its rows in order (n > 1 for the flattened [batch * length, hidden] tokens), rows
   [rows] int32 the index of each row in the full batch. Splitting a batch into micro-batches does not change what
-  any row drops.
+  any row drops (except with draw='rbg').
 
   draw='uniform' compares one uniform float per element with the keep probability (jax.random.bernoulli).
   draw='bits16' compares 16 random bits with round(rate * 2^16), so one 32-bit draw serves two elements: along the
   second-to-last axis (of length m) index i takes the low halves and index i + ceil(m / 2) the high halves of the
   same words. Half the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop
   probability is round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
+  draw='rbg' draws the whole mask at once from XLA's RngBitGenerator (jax's 'rbg' keys: Philox on a GPU, fused
+  into the kernel that applies it, where threefry is a kernel of its own) keyed by fold_in(key, first row). XLA
+  splits that draw over a mesh without changing it, so any mesh draws the same masks; micro-batches draw others.
   """
   rate: float
-  draw: str  # model.dropout_draw, resolved: 'uniform' or 'bits16'
+  draw: str  # model.dropout_draw, resolved: 'uniform', 'bits16' or 'rbg'
 
   @nn.compact
   def __call__(self, x, rows, *, deterministic: bool):
@@ -97,6 +100,9 @@ class Dropout(nn.Module):
   def keep(self, shape, rows):
     """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
+    if self.draw == 'rbg':
+      seed = jax.random.bits(jax.random.fold_in(key, rows[0]), (4,), jnp.uint32)
+      return jax.random.bernoulli(jax.random.wrap_key_data(seed, impl='rbg'), 1.0 - self.rate, shape)
     *outer, m, last = (shape[0] // rows.shape[0],) + tuple(shape[1:])
 
     def row(r):

@@ -172,6 +172,7 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
   report.log(report.devices_line())
+  report.log(config_lib.platform_line(c.model))
   log = _Log(c, workdir, start)
   rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
                        sharding.replicated(run.mesh))

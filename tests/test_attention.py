@@ -123,11 +123,11 @@ def test_fused_attention_equals_the_einsum_path_without_attention_dropout():
 
 def test_attention_switch_resolves_by_platform_and_refuses_dropout():
   resolve = config_lib.attention_implementation
-  assert resolve('auto', 'gpu', 'bfloat16', 0.0) == 'cudnn'
-  assert resolve('auto', 'gpu', 'bfloat16', 0.1) == 'einsum'  # the paper's attention dropout: not fused
-  assert resolve('auto', 'gpu', 'float32', 0.0) == 'einsum'  # cuDNN's fused attention is bf16/fp16 only
-  assert resolve('auto', 'tpu', 'bfloat16', 0.0) == 'einsum'
-  assert resolve('fused', 'gpu', 'float32', 0.0) == 'cudnn'
+  assert resolve('auto', 'gpu', 'bfloat16') == 'cudnn'
+  assert resolve('auto', 'gpu', 'float32') == 'einsum'  # cuDNN's fused attention is bf16/fp16 only
+  assert resolve('auto', 'tpu', 'bfloat16') == 'einsum'
+  assert resolve('fused', 'gpu', 'float32') == 'cudnn'
+  assert resolve('fused', 'tpu', 'bfloat16') == 'xla'
   assert config_lib.ModelConfig(attention='auto').attention == 'einsum'  # CPU
   with pytest.raises(config_lib.ConfigError, match='set model.attention_dropout_rate=0'):
-    config_lib.ModelConfig(attention='fused', attention_dropout_rate=0.1)
+    config_lib.ModelConfig(attention='fused', attention_dropout_rate=0.1)  # asked for: refused, not dropped

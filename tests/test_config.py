@@ -222,9 +222,10 @@ def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
   assert config_lib.load(default.get_config(), vocab_size=100).model.dtype == 'float32'
 
 
-def test_auto_dropout_draw_is_bits16_on_cpu_only():
-  """model.dropout_draw='auto': 16-bit masks where they are faster (CPU), uniform floats on TPUs and GPUs."""
-  assert [config_lib.dropout_draw('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['uniform', 'uniform', 'bits16']
+def test_auto_dropout_draw_is_bits16_on_cpu_and_rbg_on_gpu():
+  """model.dropout_draw='auto': 16-bit masks where they are faster (CPU), one RngBitGenerator draw on GPUs,
+  uniform floats on TPUs."""
+  assert [config_lib.dropout_draw('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['uniform', 'rbg', 'bits16']
   assert config_lib.dropout_draw('uniform', 'cpu') == 'uniform'
   assert config_lib.load(default.get_config(), vocab_size=100).model.dropout_draw == 'bits16'
   with pytest.raises(config_lib.ConfigError, match='model.dropout_draw must be one of'):
@@ -232,26 +233,35 @@ def test_auto_dropout_draw_is_bits16_on_cpu_only():
 
 
 def test_every_auto_key_resolved_for_a_platform_at_once(monkeypatch):
-  """config.for_platform gives what a run on each platform makes of the default model section: bf16 and uniform
-  dropout masks on accelerators, the einsum attention while attention dropout is on (fused only on a GPU without it);
-  float32, einsum and 16-bit masks on a CPU."""
+  """config.for_platform gives what a run on each platform makes of the default model section: on a GPU bf16,
+  cuDNN's fused attention without attention dropout and RngBitGenerator masks; on a TPU bf16, the einsum attention
+  with its dropout and uniform masks; on a CPU float32, einsum and 16-bit masks. Asked for, the einsum attention
+  keeps its dropout on a GPU."""
   model = default.get_config().model
   keys = lambda platform: tuple(config_lib.for_platform(model, platform)[k]
-                                for k in ('dtype', 'attention', 'dropout_draw'))
-  assert keys('tpu') == ('bfloat16', 'einsum', 'uniform')
-  assert keys('cpu') == ('float32', 'einsum', 'bits16')
-  model.attention_dropout_rate = 0.0
-  assert keys('gpu') == ('bfloat16', 'cudnn', 'uniform')
+                                for k in ('dtype', 'attention', 'attention_dropout_rate', 'dropout_draw'))
+  assert keys('gpu') == ('bfloat16', 'cudnn', 0.0, 'rbg')
+  assert keys('tpu') == ('bfloat16', 'einsum', 0.1, 'uniform')
+  assert keys('cpu') == ('float32', 'einsum', 0.1, 'bits16')
+  model.attention = 'einsum'
+  assert keys('gpu') == ('bfloat16', 'einsum', 0.1, 'rbg')
+  model.attention = 'auto'
   # On construction, for this CPU:
   built = config_lib.load(default.get_config(), vocab_size=100).model
-  assert (built.dtype, built.attention, built.dropout_draw) == ('float32', 'einsum', 'bits16')
+  assert (built.dtype, built.attention, built.attention_dropout_rate, built.dropout_draw) == (
+      'float32', 'einsum', 0.1, 'bits16')
+  assert config_lib.platform_line(built) == 'model: float32, attention=einsum, dropout masks bits16'
   # for_this_platform asks jax's backend (which starts it) only when the platforms resolve the model differently.
   asked = []
   monkeypatch.setattr(jax, 'default_backend', lambda: asked.append(1) or 'gpu')
-  assert tuple(config_lib.for_this_platform(model).values()) == ('bfloat16', 'cudnn', 'uniform') and asked == [1]
+  assert tuple(config_lib.for_this_platform(model).values()) == ('bfloat16', 'cudnn', 0.0, 'rbg') and asked == [1]
+  on_gpu = config_lib.load(default.get_config(), vocab_size=100).model
+  assert config_lib.platform_line(on_gpu) == (
+      "model: bfloat16, attention=cudnn, dropout masks rbg, no attention dropout (fused attention takes none; "
+      "model.attention=einsum keeps the paper's)")
   given = {'dtype': 'bfloat16', 'attention': 'einsum', 'dropout_draw': 'uniform', 'attention_dropout_rate': 0.1}
-  assert config_lib.for_this_platform(given) == {k: given[k] for k in ('dtype', 'attention', 'dropout_draw')}
-  assert asked == [1]
+  assert config_lib.for_this_platform(given) == given
+  assert asked == [1, 1]
 
 
 @pytest.mark.parametrize('module, cls', [('default', config_lib.TrainConfig),

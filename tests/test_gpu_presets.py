@@ -37,10 +37,10 @@ def test_preset_sets_only_the_accumulation(name, preset, accum, rows):
   if name == 'large':
     paper.model.remat = 'full'  # on TPUs no remat in 4 micro-batches; the H100 compiles chose full remat
   assert gpu.to_dict() == paper.to_dict()  # batch, mesh, dtype='auto' (bf16 on GPU): the paper's
-  c = aot.load_config(gpu, 'gpu')  # as a GPU run resolves it: model.dtype='auto' is bfloat16, dropout_draw uniform
+  c = aot.load_config(gpu, 'gpu')  # as a GPU run resolves the 'auto' keys (config.for_platform)
   remat = 'full' if name == 'large' else 'none'
   assert (c.grad_accum_steps, c.model.dtype, c.model.remat) == (accum, 'bfloat16', remat)
-  assert c.model.dropout_draw == 'uniform'  # bits16 is the CPU's (config.dropout_draw)
+  assert (c.model.attention, c.model.attention_dropout_rate, c.model.dropout_draw) == ('cudnn', 0.0, 'rbg')
 
 
 def test_no_preset_is_the_paper_config():

@@ -500,3 +500,24 @@ def test_dropout_rate_rows_and_odd_lengths(draw, drop):
   np.testing.assert_array_equal(alone[:127], mask[5 * 127:6 * 127])
   np.testing.assert_array_equal(alone[127:], mask[9 * 127:10 * 127])
   assert not np.array_equal(mask[:127], mask[127:254])  # and rows differ from one another
+
+
+def test_rbg_dropout_draws_the_same_mask_on_any_mesh():
+  """model.dropout_draw='rbg' (the GPU's): one RngBitGenerator draw per micro-batch, keyed by its first row. It drops
+  with probability 0.1; the batch split over 8 devices draws the same mask as on one; a micro-batch from row 5 on
+  draws another, and a second key other masks."""
+  dropout = model_lib.Dropout(0.1, 'rbg')
+
+  def keep(rows, key=0, sharding=None):
+    fn = lambda r: dropout.apply({}, (r.shape[0] * 127, 64), r, method='keep',
+                                 rngs={'dropout': jax.random.PRNGKey(key)})
+    return np.asarray(jax.jit(fn, out_shardings=sharding)(jnp.asarray(rows)))
+
+  mask = keep(np.arange(64))  # 64 rows of [127, 64]: 520,192 draws
+  assert mask.shape == (64 * 127, 64) and mask.dtype == np.bool_
+  assert abs((1 - mask.mean()) - 0.1) < 5 * 4.2e-4  # within 5 binomial standard deviations
+  mesh = jax.make_mesh((8,), ('data',))
+  sharded = keep(np.arange(64), sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data')))
+  np.testing.assert_array_equal(sharded, mask)
+  assert not np.array_equal(keep(np.arange(5, 69))[:127], mask[5 * 127:6 * 127])
+  assert np.mean(keep(np.arange(64), key=1) != mask) > 0.1  # independent masks differ at 2 p (1 - p) = 18%

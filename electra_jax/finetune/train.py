@@ -30,7 +30,7 @@ from electra_jax import data, fileio, pretrained, scaffold, sharding
 from electra_jax import metrics as metrics_lib
 from electra_jax import report as run_report
 from electra_jax.checkpoint import Checkpointer
-from electra_jax.config import ModelConfig
+from electra_jax.config import ModelConfig, platform_line
 from electra_jax.errors import CheckpointError, ConfigError, TrainingError
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, report, tasks
@@ -384,6 +384,7 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
   ft.check_batch_size(c.eval_batch_size, 'eval_batch_size')
   _write_run_files(workdir, config_dict, c, model_config, task, tokenizer)
   run_report.log(run_report.devices_line())
+  run_report.log(platform_line(model_config))
   print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
         f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
         f'{_origin(c) if pretrained else "from scratch"}', file=sys.stderr)
