@@ -11,10 +11,11 @@ the budget is skipped (a second run with --stages=... takes the rest):
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
-  levers     Small with one lever changed at a time (LEVERS below, or those --levers names), each against the
-             plain GPU defaults; their steps are compiled first, all at once, into a compile cache of their own.
-             The steps without command buffers (CUDA graphs) are also profiled: the kernels' time per part of the
-             step against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
+  levers     Small (Base for the levers named `Base: ...`) with one lever changed at a time (LEVERS below, or those
+             --levers names), each against the plain GPU defaults (the first, beside the PyTorch step), over 30
+             steps; their steps are compiled first, all at once, into a compile cache of their own. The steps
+             without command buffers (CUDA graphs) are also profiled: the kernels' time per part of the step
+             against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
              (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace.
 Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
 OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about two minutes (a test does).
@@ -43,30 +44,40 @@ VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torc
 STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
-LEVERS = {  # most informative first: a run out of budget measures the first ones
-    # The `small` stage's step again, compiled beside the others as they are (see levers()): the baseline measured
-    # the same way.
-    'none (the plain GPU defaults)': ({}, []),
-    # The Small step is ~2,700 kernels: 17.5 ms of kernels, a 20.1 ms step with XLA's command buffers (CUDA graphs),
-    # 39.5 ms without (an H200, BENCHMARKS.md). With them the step is one graph to the profiler: PROFILED.
+EINSUM = ['--config.model.attention=einsum']  # on a GPU: the paper's attention dropout (config.ATTENTIONS)
+UNIFORM = ['--config.model.dropout_draw=uniform']  # threefry masks, row by row (config.DROPOUT_DRAWS)
+BASELINE = 'none (the plain GPU defaults)'
+LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
+    # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
+    # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
+    # dropout masks drawn by RngBitGenerator (config.for_platform).
+    BASELINE: ({}, []),
+    # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
+    # trained at ~31 ms/step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
+    'fresh batches': ({}, ['--fresh_batches']),
+    'fresh batches, command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, ['--fresh_batches']),
+    # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
+    'Base: none': ({}, []),
+    # The masks of the CPU and TPU: threefry, a row at a time (the GPU's default before 2026-11-27).
+    'dropout_draw=uniform': ({}, UNIFORM),
+    # The paper's attention dropout: scores, softmax, dropout and their gradients in ~10 kernels per layer over
+    # [batch, heads, length, length], not one cuDNN kernel.
+    'attention=einsum (attention dropout)': ({}, EINSUM),
+    'dropout_draw=uniform, attention=einsum (attention dropout)': ({}, [*EINSUM, *UNIFORM]),
+    # The Small step is ~2,700 kernels; with XLA's command buffers (CUDA graphs) the step is one graph to the
+    # profiler: PROFILED.
     'command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, []),
-    # Four times the tokens per step: a step that takes about as long is bound by its launches, not its work.
-    'batch 512 x 128': ({}, ['--batch=512']),
     'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
-    'attention=cudnn, no attention dropout': ({}, ['--config.model.attention=fused',
-                                                   '--config.model.attention_dropout_rate=0']),
+    'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
+    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
     'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
                                                      'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
-    'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
-    'sampling=gumbel': ({}, ['--config.objective.sampling=gumbel']),
-    'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
+    # Compile time (the first step's): one layer's body compiled for all twelve.
     'scan_layers': ({}, ['--config.model.scan_layers=true']),
-    'triton gemm off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
-    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
-    'attention=einsum, no attention dropout': ({}, ['--config.model.attention=einsum',
-                                                    '--config.model.attention_dropout_rate=0']),
-    'prng=unsafe_rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'unsafe_rbg'}, []),
-    'initialiser on the device': ({'ELECTRA_JAX_INIT': 'device'}, []),
+    # Four times the tokens per step: a step that takes about as long is bound by its launches, not its work.
+    'batch 512 x 128': ({}, ['--batch=512']),
+    'Base: dropout_draw=uniform': ({}, UNIFORM),
+    'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
 PROFILED = 'command buffers off'  # the lever whose steps are also profiled: each kernel's time, per part of the step
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
@@ -200,7 +211,7 @@ class Check:
     """Each lever's step is compiled first, all at once, into one compile cache (the compile was most of a lever's
     cost: 73 s of the Small step on an H200, one XLA compile keeping few of the host's cores busy), then timed one
     lever at a time, its step read back from that cache."""
-    names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or any(o in n for o in self.only)]
+    names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or n.startswith(self.only)]
     compiled = {}
     if self.room('lever compiles', 30 if self.tiny else 120):
       start = time.monotonic()
@@ -216,8 +227,8 @@ class Check:
       note = f' (read from the cache; compiled in {compiled[name]:.1f} s beside the others)' if name in compiled else ''
       if name == PROFILED:
         extra = [*extra, '--trace_dir=' + os.path.join(self.out, 'trace')]
-      self.throughput(f'lever: {name}', *self.lever_shape(), 120 if self.tiny else 150, extra, env, torch=False,
-                      note=note, profile=(1 if self.tiny else 2) if name == PROFILED else 0)
+      self.throughput(f'lever: {name}', *self.lever_shape(name), 120 if self.tiny else 150, extra, env,
+                      torch=name == BASELINE, note=note, profile=(1 if self.tiny else 2) if name == PROFILED else 0)
 
   def lever(self, name: str) -> tuple[dict, list[str]]:
     """The environment and extra flags of lever `name`: its XLA_FLAGS after the check's own, its step kept in the
@@ -227,15 +238,17 @@ class Check:
       env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
     return env, [*extra, '--compile_cache=' + os.path.join(self.out, 'lever_cache')]
 
-  def lever_shape(self) -> tuple[str, int, int, int]:
-    """The levers' config, batch, length and timed steps."""
-    return ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 10)
+  def lever_shape(self, name: str) -> tuple[str, int, int, int]:
+    """Lever `name`'s config, batch, length and timed steps: ELECTRA-Base's at 32 x 512 for a `Base` lever."""
+    if self.tiny:
+      return 'configs/tiny.py', 8, 32, 2
+    return ('configs/base.py', 32, 512, 30) if name.startswith('Base') else ('configs/small.py', 128, 128, 30)
 
   def compile_lever(self, name: str) -> float | None:
     """Seconds to compile lever `name`'s step into the levers' compile cache beside the others (None: it failed).
     Without preallocation: the processes share the GPU while they autotune."""
     env, extra = self.lever(name)
-    argv = self.throughput_argv(*self.lever_shape(), extra, torch=False) + ['--compile_only']
+    argv = self.throughput_argv(*self.lever_shape(name), extra, torch=False) + ['--compile_only']
     _, output, _ = self.command(f'lever compile: {name}', argv, 240, {**env, 'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'})
     result = _result(output)
     return result['compile_seconds'] if result else None
@@ -354,8 +367,8 @@ def main():
   parser.add_argument('--stages', default=','.join(STAGES), help=f'Comma-separated, from {", ".join(STAGES)}.')
   parser.add_argument('--budget', type=float, default=510.0, help='Seconds after which stages are skipped.')
   parser.add_argument('--python', default=sys.executable, help='The Python that runs the stages.')
-  parser.add_argument('--levers', default='', help='Comma-separated parts of lever names to measure (default: all, '
-                      'in the order of LEVERS), e.g. --levers=rbg,gumbel.')
+  parser.add_argument('--levers', default='', help='Comma-separated beginnings of the names of the levers to measure '
+                      '(default: all, in the order of LEVERS), e.g. "--levers=none,Base: none,prng".')
   args = parser.parse_args()
   unknown = set(args.stages.split(',')) - set(STAGES)
   if unknown:

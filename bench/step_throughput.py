@@ -9,8 +9,8 @@ JAX_THREEFRY_GPU_KERNEL_LOWERING=false, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
---compile_only compiles the step and stops: its RESULT holds the compile's seconds only; with --compile_cache=DIR
-the compiled programs are kept in (and read from) JAX's persistent cache under DIR.
+--compile_only compiles the step, runs the initialiser (its compile) and stops: its RESULT holds those seconds only;
+with --compile_cache=DIR the compiled programs are kept in (and read from) JAX's persistent cache under DIR.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
 model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
 on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
@@ -46,13 +46,16 @@ _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up steps).
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: guess).')
 _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step (its own process).')
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
+_FRESH_BATCHES = flags.DEFINE_bool('fresh_batches', False, 'Put the batch on the devices again before each timed '
+                                   'step, as training does, rather than reuse one device array.')
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 _TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'With --profile: keep the trace and the compiled step\'s HLO '
                                  'here (default: a temporary directory).')
 _COMPILE_CACHE = flags.DEFINE_string('compile_cache', '', 'Keep the compiled programs in JAX\'s persistent cache '
                                      'under this directory (electra_jax.compile_cache); default: no cache.')
-_COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step and stop (with --compile_cache: fill that '
-                                  'cache for a later run, as the GPU check does for its levers).')
+_COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run the initialiser and stop (with '
+                                  '--compile_cache: fill that cache for a later run, as the GPU check does for its '
+                                  'levers).')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 
@@ -81,10 +84,10 @@ def time_jax(c, batch, t0: float) -> dict:
   start = time.perf_counter()
   executable = run.compile()  # what step_fn runs from now on
   compiled = time.perf_counter()
-  if _COMPILE_ONLY.value:
-    return {'compile_seconds': compiled - start}
   state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
   initialised = time.perf_counter()
+  if _COMPILE_ONLY.value:
+    return {'compile_seconds': compiled - start, 'init_seconds': initialised - compiled}
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
   device_batch = sharding.global_batch(batch, run.batch_sharding)
   state, metrics = run.step_fn(state, device_batch, rng)
@@ -94,6 +97,8 @@ def time_jax(c, batch, t0: float) -> dict:
   jax.block_until_ready(metrics)
   start_steps = time.perf_counter()
   for _ in range(_STEPS.value):
+    if _FRESH_BATCHES.value:  # as training puts each batch: a new device array, at a new address, every step
+      device_batch = sharding.global_batch(batch, run.batch_sharding)
     state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - start_steps) / _STEPS.value

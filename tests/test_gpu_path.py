@@ -58,16 +58,16 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
                         capture_output=True, text=True, timeout=3600, check=False)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
+  profiled = 'command buffers off'  # gpu_check.PROFILED
   assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'base', 'lever compiles',
-                                        'lever: command buffers off', 'lever: prng=rbg']
+                                        f'lever: {profiled}', 'lever: prng=rbg']
   assert all(r['status'] == 'ok' for r in rows), rows
   assert rows[1]['tokens_per_second'] > 0 and rows[1]['torch_step_seconds'] > 0
   assert rows[2]['checkpoint'] and rows[3]['first_step_seconds'] > 0
-  assert set(rows[5]['compile']) == {'command buffers off', 'prng=rbg'}  # each lever's step compiled beside the other
+  assert set(rows[5]['compile']) == {profiled, 'prng=rbg'}  # each lever's step compiled beside the other
   assert all('read from the cache' in r['result'] and r['compile_seconds'] < rows[5]['compile'][r['stage'][7:]]
              for r in rows[6:])
-  profiled = rows[6]
-  assert 'profile: ' in profiled['result'] and profiled['profile_ms']['model'] > 0 and profiled['profile_top']
+  assert 'profile: ' in rows[6]['result'] and rows[6]['profile_ms']['model'] > 0 and rows[6]['profile_top']
   assert 'HloModule' in (out / 'trace' / 'train_step.hlo.txt').read_text() and list(out.glob('trace/**/*.xplane.pb'))
   table = (out / 'table.md').read_text()
   assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(
