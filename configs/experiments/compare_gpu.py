@@ -8,11 +8,12 @@ Paths are relative to the directory the command runs in (the repository root: ..
 `pretrain.data.source`, the tasks `tasks`). Runs (as configs/experiments/compare_cpu.py, whose variants it keeps):
 `electra` with the paper's settings (generator 1/4 of the width, samples at temperature 1, 15% masked, lambda 50),
 `mlm` (BERT-Small: the same 12-layer H=256 encoder, MLM only, BERT's 80/10/10 masking), and from scratch. Both
-pre-train on the 128 x 128 batch of the paper, with its learning rate 5e-4 and dropout, a BERT-style WordPiece
-vocabulary of 30522 trained on the corpus, a 500-step warm-up (the paper's 10k steps are longer than the run)
-and the linear decay to 0 at the budget's step. Fine-tuning: polarity, hedge and POS with compare_cpu's recipe
-(1000 training examples, 3 epochs, sequences of 64; polarity 10 epochs), at ELECTRA-Small's fine-tuning learning
-rate 3e-4 (compare_cpu's 1e-3 was chosen for its 4-layer model), 3 seeds each, on the GPU.
+pre-train on the 128 x 128 batch of the paper, with its learning rate 5e-4 and dropout (on a GPU no attention
+dropout, for both: the GPU default, docs/gpu.md), a BERT-style WordPiece vocabulary of 30522 trained on the corpus, a
+500-step warm-up (the paper's 10k steps are longer than the run) and the linear decay to 0 at the budget's step.
+Fine-tuning: polarity, hedge and POS with compare_cpu's recipe (1000 training examples, 3 epochs, sequences of 64;
+polarity 10 epochs), at ELECTRA-Small's fine-tuning learning rate 3e-4 (compare_cpu's 1e-3 was chosen for its 4-layer
+model), 3 seeds each, on the GPU.
 
 Held-out evaluation: 1% of the corpus's documents stay out of training (`data.eval_fraction`); every 500 steps
 the discriminator (and generator, or the MLM) is evaluated on 8 fixed batches of them. The table then says when
@@ -31,18 +32,19 @@ tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes bu
 | electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated |
 |---|---:|---:|---:|
 | 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | ~45 min: does not fit |
+| 406 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 5.9 min | 11.7 min | ~20 min: three calls |
+| 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | ~10 min: two calls |
 | 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~8 min: fits 9 |
 
-The rest, estimated (no accelerator was lent to measure it): wheels and imports ~15 s; the WordPiece tokenizer and
-the packing of the corpus, once, ~1 min (61 s of CPU time on a 2-core CPU); per run the compile and initialiser
-(74 + 66 s on the H200 before issue 44, whose goal is the first step within 30 s), the evaluation step's compile
-and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3
-initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and
-5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and evaluate). At today's speed
-the compiles and fine-tuning alone take ~8-10 minutes, so no budget fits one 9-minute command: run it then with a
-time limit (`timeout -s TERM`), which stops it as a preemption would, and again to continue (docs/experiments.md).
-The budget is the one override: `--config.flops_budgets=3e16` (3 x the steps), or two budgets (`=3e15,1e16`:
-still one run each, a checkpoint and 18 more fine-tunings at 3e15).
+The rest, estimated: wheels and imports ~15 s; the WordPiece tokenizer and the packing of the corpus, once, ~1 min
+(61 s of CPU time on a 2-core CPU); per run the compile and initialiser (measured for the quickstart: 51 s and ~15 s
+on the H200, 2026-11-27, from empty caches), the evaluation step's compile and 18 evaluations of 8 forward passes
+(~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3 initialisations x 3 tasks x 3 seeds) of 313
+(polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1
+s per seed run to restore and evaluate). The compiles and fine-tuning alone take a few minutes, so no budget fits one
+9-minute command yet: run it then with a time limit (`timeout -s TERM`), which stops it as a preemption would, and
+again to continue (docs/experiments.md). The budget is the one override: `--config.flops_budgets=3e16` (3 x the
+steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and 18 more fine-tunings at 3e15).
 
 `--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
 32-token sequences, 64 pieces, a budget of 161 electra and 245 mlm steps): what tests/test_compare.py runs end to
