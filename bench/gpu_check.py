@@ -56,6 +56,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # trained at ~31 ms/step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
     'fresh batches': ({}, ['--fresh_batches']),
     'fresh batches, command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, ['--fresh_batches']),
+    'fresh batches, staged': ({'ELECTRA_JAX_STAGE_BATCHES': '1'}, ['--fresh_batches']),  # Pretraining.put_batch
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     # The masks of the CPU and TPU: threefry, a row at a time (the GPU's default before 2026-11-27).
@@ -68,7 +69,6 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # profiler: PROFILED.
     'command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, []),
     'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
-    'dropout_draw=bits16': ({}, ['--config.model.dropout_draw=bits16']),
     'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
     'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
                                                      'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),

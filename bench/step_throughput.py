@@ -97,8 +97,8 @@ def time_jax(c, batch, t0: float) -> dict:
   jax.block_until_ready(metrics)
   start_steps = time.perf_counter()
   for _ in range(_STEPS.value):
-    if _FRESH_BATCHES.value:  # as training puts each batch: a new device array, at a new address, every step
-      device_batch = sharding.global_batch(batch, run.batch_sharding)
+    if _FRESH_BATCHES.value:  # as training puts each batch (ELECTRA_JAX_STAGE_BATCHES: where the last one was)
+      device_batch = run.put_batch(batch)
     state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - start_steps) / _STEPS.value

@@ -8,6 +8,7 @@ model's activation constraints apply.
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 import flax.struct
@@ -161,6 +162,7 @@ class Pretraining:
   _init: Any = dataclasses.field(init=False)  # the initialiser, jitted once
   _batch_checked: bool = dataclasses.field(init=False, default=False)
   _compiled: Any = dataclasses.field(init=False, default=None)  # the train step, once `compile` has run
+  _staged: Any = dataclasses.field(init=False, default=None)  # the last batch `put_batch` staged
 
   def __post_init__(self):
     c = self.config
@@ -175,6 +177,7 @@ class Pretraining:
                              grad_accum_steps=c.grad_accum_steps)
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
+    self._stage = jax.jit(_copy_into, donate_argnums=0, out_shardings=self.batch_sharding)
 
   def check_batch(self):
     """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.
@@ -183,6 +186,17 @@ class Pretraining:
     if not self._batch_checked:
       sharding.check_batch(self.mesh, self.config.mesh.rules, self.config.batch_size, self.config.grad_accum_steps)
       self._batch_checked = True
+
+  def put_batch(self, local_batch: dict) -> dict[str, jax.Array]:
+    """This process's rows of a batch (numpy) as the global arrays the step takes: new arrays, or with
+    ELECTRA_JAX_STAGE_BATCHES=1 the arrays of the batch before (donated), overwritten, so that the step's inputs
+    keep their device addresses from step to step. On a GPU XLA updates a step's CUDA graph (command buffers) whose
+    inputs moved; the GPU check's levers `fresh batches` measure what that costs."""
+    batch = sharding.global_batch(local_batch, self.batch_sharding)
+    if os.environ.get('ELECTRA_JAX_STAGE_BATCHES', '0') != '1':
+      return batch
+    self._staged = batch if self._staged is None else self._stage(self._staged, batch)
+    return self._staged
 
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
@@ -229,6 +243,11 @@ class Pretraining:
     self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
       return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())
+
+
+def _copy_into(old: dict, new: dict) -> dict:
+  """`new`, written over `old` (donated: the result lives where `old` did)."""
+  return jax.tree.map(lambda o, n: jax.lax.dynamic_update_slice(o, n, (0,) * o.ndim), old, new)
 
 
 @functools.lru_cache(maxsize=8)

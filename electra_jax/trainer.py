@@ -85,7 +85,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   try:
     with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
       while step < end:
-        state, step_metrics = run.step_fn(state, sharding.global_batch(next(batches), run.batch_sharding), rng)
+        state, step_metrics = run.step_fn(state, run.put_batch(next(batches)), rng)
         step += 1
         log.add(step, step_metrics)
         profiler.after_step(step, state)

@@ -67,6 +67,24 @@ def batch(run):
   return sharding.global_batch(_numpy_batch(), run.batch_sharding)
 
 
+def test_staged_batches_keep_their_device_buffers(run, monkeypatch):
+  """put_batch with ELECTRA_JAX_STAGE_BATCHES=1: each batch's values, in the same buffers from the second batch on
+  (on a CPU the first may share the numpy array's memory, which cannot be donated)."""
+  monkeypatch.setenv('ELECTRA_JAX_STAGE_BATCHES', '1')
+  pointers = lambda b: [s.data.unsafe_buffer_pointer() for k in sorted(b) for s in b[k].addressable_shards]
+  local = _numpy_batch()
+  run.put_batch(local)
+  where = pointers(run.put_batch(local))
+  for shift in (1, 2):
+    moved = {k: np.roll(v, shift, axis=0) for k, v in local.items()}
+    staged = run.put_batch(moved)
+    assert pointers(staged) == where and staged['input_ids'].sharding == run.batch_sharding
+    for k in local:
+      np.testing.assert_array_equal(np.asarray(staged[k]), moved[k])
+  monkeypatch.delenv('ELECTRA_JAX_STAGE_BATCHES')
+  assert pointers(run.put_batch(local)) != where  # new arrays, as without the switch
+
+
 @pytest.fixture(scope='module')
 def initial_on_device(run):
   return run.init_state(jax.random.PRNGKey(0))

@@ -64,6 +64,14 @@ def test_resume_equals_uninterrupted(tmp_path, corpus_file, cache_dir, one_go):
   assert traced == ['_traced_last'], traced
 
 
+def test_staged_batches_train_as_fresh_ones(tmp_path, corpus_file, cache_dir, one_go, monkeypatch):
+  """ELECTRA_JAX_STAGE_BATCHES=1 writes each batch over the device arrays of the one before: the same run."""
+  monkeypatch.setenv('ELECTRA_JAX_STAGE_BATCHES', '1')
+  config = tiny_config(corpus_file, cache_dir, **DROPOUT)
+  trainer.train(config, tmp_path)
+  assert_same_run(config, one_go, tmp_path)
+
+
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
   config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   with sigterm_at_step(3):
