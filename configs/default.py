@@ -51,14 +51,14 @@ def get_config():
   config.model.max_position_embeddings = m.max_position_embeddings  # Longest sequence the position table covers.
   config.model.type_vocab_size = m.type_vocab_size  # Segment ids (A/B).
   config.model.dropout_rate = m.dropout_rate  # Hidden-state dropout.
-  config.model.attention_dropout_rate = m.attention_dropout_rate  # Dropout on attention probabilities.
+  config.model.attention_dropout_rate = m.attention_dropout_rate  # On attention probabilities (0 where fused).
   config.model.initializer_range = m.initializer_range  # Std of the truncated-normal initialiser.
   config.model.layer_norm_eps = m.layer_norm_eps  # LayerNorm epsilon (BERT/ELECTRA value).
   config.model.dtype = m.dtype  # Activations and matmuls: 'float32', 'bfloat16', 'auto' (bf16 on TPU/GPU, fp32 on CPU).
   config.model.remat = m.remat  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
-  # auto|einsum|fused (config.ATTENTIONS): auto fuses on GPUs if attention dropout is 0.
+  # auto|einsum|fused (config.ATTENTIONS): auto is cuDNN's fused attention, without attention dropout, on GPUs.
   config.model.attention = m.attention
-  # auto|uniform|bits16 (config.DROPOUT_DRAWS): how dropout masks are drawn; auto is bits16 (faster) on CPUs only.
+  # auto|uniform|bits16|rbg (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs, rbg on GPUs.
   config.model.dropout_draw = m.dropout_draw
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
