@@ -53,7 +53,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
     # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
-    # trained at ~31 ms/step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
+    # trained at ~40 ms a step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
     'fresh batches': ({}, ['--fresh_batches']),
     'fresh batches, command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, ['--fresh_batches']),
     'fresh batches, staged': ({'ELECTRA_JAX_STAGE_BATCHES': '1'}, ['--fresh_batches']),  # Pretraining.put_batch

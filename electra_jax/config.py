@@ -89,8 +89,9 @@ def attention_implementation(attention: str, platform: str, dtype: str) -> str:
 #   'rbg': the micro-batch's mask in one draw of XLA's RngBitGenerator (Philox on a GPU), keyed by its first row:
 #   the same on any mesh and on resume, other masks when the batch is split into micro-batches (model.Dropout).
 #   'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and bits16 makes the step
-#   ~8% faster; 'rbg' on a GPU, where the threefry draws (kernels of their own) were a quarter of the Small step
-#   (BENCHMARKS.md); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17% slower with 'bits16'.
+#   ~8% faster; 'rbg' on a GPU, where threefry's draws are kernels of their own: 4 ms off Base's step with cuDNN
+#   attention on an H200 (BENCHMARKS.md); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17% slower
+#   with 'bits16'.
 DROPOUT_DRAWS = ('auto', 'uniform', 'bits16', 'rbg')
 
 
