@@ -3,6 +3,7 @@ is visible but JAX runs on the CPU, the GPU quickstart's config, and the GPU che
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -72,6 +73,18 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   table = (out / 'table.md').read_text()
   assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(
       table.rstrip().splitlines()[-1])
+
+
+@pytest.mark.e2e  # trains in a subprocess (about 40 s on 2 cores)
+def test_loop_overhead_times_the_training_loop_alone(tmp_path):
+  """bench/loop_overhead.py runs the real training loop with a step that returns at once and prints its host time."""
+  done = subprocess.run([sys.executable, 'bench/loop_overhead.py', str(tmp_path / 'run'), '--steps=30'], cwd=REPO,
+                        capture_output=True, text=True, timeout=900, check=False,
+                        env={**os.environ, 'ELECTRA_JAX_CACHE': str(tmp_path / 'cache')})
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  ms = float(re.search(r'the loop: ([0-9.]+) ms per step on the host over 29 steps', done.stdout).group(1))
+  assert 0 < ms < 1000
+  assert json.loads((tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()[-1])['step'] == 30
 
 
 def test_the_initialiser_on_the_host_gives_the_devices_state(monkeypatch):
