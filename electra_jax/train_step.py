@@ -200,9 +200,11 @@ class Pretraining:
 
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
+    if self._compiled is not None:  # the training loop's path: nothing to trace, so no context to enter
+      return self._compiled(state, batch, rng)
     self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
-      return (self._compiled or self._step)(state, batch, rng)
+      return self._step(state, batch, rng)
 
   def compile(self):
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
