@@ -29,7 +29,9 @@ the next run removes its temporary directory.
 """
 
 import contextlib
+import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -53,11 +55,18 @@ class Watch:
   def __init__(self):
     self.active = processes() > 1
     self.thread = None
+    self.dumped_aborts = False  # faulthandler dumped on SIGABRT before this Watch: restored at its end
 
   def __enter__(self):
     global _current  # pylint: disable=global-statement
     if self.active:
       _current = self
+      # jax's agent aborts this process on purpose when process 0's service goes, after its own line; absl's
+      # faulthandler would then print every thread's stack, burying that line and racing this module's exit (CI,
+      # 2026-11-27: status 1 after a dump). Segfaults still dump.
+      self.dumped_aborts = faulthandler.is_enabled() and threading.current_thread() is threading.main_thread()
+      if self.dumped_aborts:
+        signal.signal(signal.SIGABRT, signal.SIG_DFL)
       self.thread = threading.Thread(target=self._wait, name='electra_jax hosts', daemon=True)
       self.thread.start()
     return self
@@ -92,6 +101,8 @@ class Watch:
       self.thread.join()
       client.key_value_delete(key)  # a later Watch in this process waits afresh
       _current = None
+      if self.dumped_aborts:
+        faulthandler.enable()
     # With an error, the watcher stays: cli.run's exit_with tells the others, or their line ends this process.
 
 
