@@ -177,6 +177,7 @@ def test_embedding_gradients_scatter_only_into_the_float32_word_table():
   assert results and {r for r in results if r in tables} == {f'{V}x{c.model.embedding_size}xf32'}
 
 
+@pytest.mark.slow
 def test_step_is_pure(run, batch, initial):
   a, metrics_a = run.step_fn(_fresh(run, initial), batch, _rng(1))
   b, metrics_b = run.step_fn(_fresh(run, initial), batch, _rng(1))
