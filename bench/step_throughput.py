@@ -89,7 +89,7 @@ def time_jax(c, batch, t0: float) -> dict:
   if _COMPILE_ONLY.value:
     return {'compile_seconds': compiled - start, 'init_seconds': initialised - compiled}
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
-  device_batch = sharding.global_batch(batch, run.batch_sharding)
+  device_batch = run.put_batch(batch)
   state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   first = time.perf_counter()
