@@ -32,7 +32,7 @@ class TrainState:
 
 def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.GradientTransformation,
                schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds, train_steps: int,
-               grad_accum_steps: int = 1):
+               grad_accum_steps: int = 1, flat_norm: bool = False):
   """One optimiser step on a batch {input_ids, segment_ids, input_mask} of [batch, length] int32 arrays.
 
   `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, and
@@ -66,7 +66,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
       updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
     params = optax.apply_updates(params, updates)
     one = jnp.ones((), jnp.float32)
-    metrics['grad_norm'] = (optax.tree.norm(grads), one)
+    metrics['grad_norm'] = (optimizer.global_norm(grads, flat_norm), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
 
@@ -168,13 +168,15 @@ class Pretraining:
     c = self.config
     spec = objective.get(c.objective.name)
     self.model = spec.training_model(c)
-    tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps)
+    # Replicated parameters (no fsdp or tensor axis) take their gradients' global norm in a few kernels.
+    flat_norm = sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1
+    tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps, flat_norm)
     self.tx = spec.optimizer(tx)
     self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
-                             grad_accum_steps=c.grad_accum_steps)
+                             grad_accum_steps=c.grad_accum_steps, flat_norm=flat_norm)
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
     self._stage = jax.jit(_copy_into, donate_argnums=0, out_shardings=self.batch_sharding)

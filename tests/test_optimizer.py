@@ -144,11 +144,28 @@ def test_first_moment_after_one_step():
     # Global norm sqrt(0.09 + 0.16) = 0.5 < 1: left as is (never scaled up), m = 0.1 g.
     (([0.3, 0.4], [0.0]), ([0.03, 0.04], [0.0])),
 ])
-def test_global_norm_clipping(g, expected_mu):
-  tx, _ = optimizer.make_optimizer(OptimizerConfig(clip_norm=1.0), train_steps=10)
+@pytest.mark.parametrize('flat_norm', [False, True])
+def test_global_norm_clipping(g, expected_mu, flat_norm):
+  tx, _ = optimizer.make_optimizer(OptimizerConfig(clip_norm=1.0), train_steps=10, flat_norm=flat_norm)
   params = {'a': {'kernel': jnp.zeros(2)}, 'b': {'kernel': jnp.zeros(1)}}
   grads = {'a': {'kernel': jnp.array(g[0])}, 'b': {'kernel': jnp.array(g[1])}}
-  _, state = tx.update(grads, tx.init(params), params)
+  state = tx.init(params)
+  _, state = jax.jit(tx.update)(grads, state, params)
   mu = _adam_state(state).mu
   np.testing.assert_allclose(mu['a']['kernel'], expected_mu[0], rtol=1e-6)
   np.testing.assert_allclose(mu['b']['kernel'], expected_mu[1], rtol=1e-6)
+  assert optimizer.global_norm(grads, flat_norm) == pytest.approx(np.linalg.norm(np.concatenate(g)), rel=1e-6)
+
+
+def test_flat_norm_keeps_the_optimizer_state_and_takes_a_few_reductions():
+  """The flat global norm: the same state (checkpoints do not change), one reduction over all leaves where the
+  per-leaf norm reduces each leaf apart (a kernel each on a GPU), and the same norm of bf16 and f32 leaves."""
+  params = {f'layer_{i}': {'kernel': jnp.full((3, 4), 0.5, jnp.bfloat16), 'bias': jnp.ones(4)} for i in range(5)}
+  per_leaf, _ = optimizer.make_optimizer(OptimizerConfig(), train_steps=10)
+  flat, _ = optimizer.make_optimizer(OptimizerConfig(), train_steps=10, flat_norm=True)
+  assert jax.tree.structure(per_leaf.init(params)) == jax.tree.structure(flat.init(params))
+  reductions = lambda flat_norm: str(jax.make_jaxpr(lambda t: optimizer.global_norm(t, flat_norm))(params)).count(
+      'reduce_sum')
+  assert reductions(False) == 10 and reductions(True) == 1
+  # 5 x (12 x 0.25 + 4 x 1) = 35
+  assert optimizer.global_norm(params, True) == pytest.approx(35 ** 0.5) == optimizer.global_norm(params, False)
