@@ -108,9 +108,12 @@ class Evaluator:
     step = functools.partial(eval_step, model=run.model, config=c, special=run.special)
     jitted = jax.jit(step, in_shardings=(run.state_shardings, run.batch_sharding, replicated),
                      out_shardings=replicated)
-    # Compiled now, beside the train step, not at the first evaluation hours into the run.
-    with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step'):
-      self._step = jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
+
+    def compile_step():
+      with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step'):
+        return jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
+    # Compiled now, in a thread beside the train step's compile, not at the first evaluation hours into the run.
+    self._compiled = scaffold.in_thread(compile_step)
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
   def due(self, step: int) -> bool:
@@ -134,7 +137,7 @@ class Evaluator:
     total = histograms = None
     with sharding.activate(self.run.mesh, self.run.config.mesh.rules):
       for batch, key in zip(self.batches, self.keys):
-        metrics, counts = self._step(state, batch, key)
+        metrics, counts = self._compiled.result()(state, batch, key)
         total = self._accumulate(total, metrics)
         histograms = self._accumulate(histograms, counts) if counts is not None else None
     results = metrics_lib.summarize(total)

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import sys
+import threading
 import time
 
 import jax
@@ -69,13 +70,15 @@ CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when th
 
 @contextlib.contextmanager
 def compiling(what: str):
-  """Prints `compiling what...` and then `compiled in N s`, saying when the program came from the persistent
-  compilation cache (electra_jax.compile_cache) rather than the compiler."""
-  hits = []
-  listener = lambda event, **kwargs: hits.append(event) if event == CACHE_HIT else None
+  """Prints `compiling what...` and then `compiled what in N s`, saying when the program came from the persistent
+  compilation cache (electra_jax.compile_cache) rather than the compiler. Compiles may run in threads side by side
+  (scaffold.in_thread): each counts the cache hits of its own thread."""
+  hits, thread = [], threading.get_ident()
+  listener = lambda event, **kwargs: hits.append(event) if (
+      event == CACHE_HIT and threading.get_ident() == thread) else None
   jax.monitoring.register_event_listener(listener)
   try:
-    with stage(f'compiling {what}', done='compiled') as note:
+    with stage(f'compiling {what}', done=f'compiled {what}') as note:
       yield
       note.append(' (from the compilation cache)' if hits else '')
   finally:

@@ -7,6 +7,7 @@ The batch is split as `sharding.batch_sharding` says and checked by `sharding.ch
 signal, every host at the same step, through `preemption.StopSignal`.
 """
 
+import concurrent.futures
 import contextlib
 import os
 import sys
@@ -82,6 +83,16 @@ def _place(x, sharding):
   """Host array `x` laid over `sharding`: each device gets only its shard."""
   x = np.asarray(x)
   return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def in_thread(fn: Callable, *args) -> concurrent.futures.Future:
+  """`fn(*args)` started in a thread of its own; the Future's `result()` waits for it (and raises what it raised).
+  XLA compiles without holding the GIL, so a compile started this way overlaps what the caller does next (the
+  initial state, another compile): a run's first step comes after the longest of them, not after their sum."""
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+  future = pool.submit(fn, *args)
+  pool.shutdown(wait=False)  # the thread ends with `fn`
+  return future
 
 
 def threefry_kernels():

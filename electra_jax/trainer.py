@@ -72,6 +72,9 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   started = time.time()
   c, run, tokenizer, batches, workdir, config_dict = _prepare(config, workdir)
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
+  compiled = None  # the train step's compile, in a thread while the state is made (a finished run needs none)
+  if (checkpointer.latest_step() or 0) < c.train_steps:
+    compiled = scaffold.in_thread(_compile, run)
   state = _initial_state(c, run, checkpointer, batches, tokenizer)
   step = start = int(state.step)
   if start >= c.train_steps:
@@ -79,7 +82,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           f'raise --config.train_steps to train further.', file=sys.stderr)
     checkpointer.close()
     return {}
-  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start)
+  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
   try:
@@ -163,11 +166,16 @@ def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, check
     raise
 
 
+def _compile(run: train_step.Pretraining):
+  with report.compiling('the train step'):
+    run.compile()
+
+
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
-           start: int):
-  """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`,
-  the FLOPs announced, the train and evaluation steps compiled, the metrics files and the progress bar opened.
-  Returns (the run's base key, the Evaluator, the _Log)."""
+           start: int, compiled):
+  """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`, the devices
+  announced, the evaluation step compiling, the train step compiled (`compiled`: its compile, in a thread), the
+  metrics files and the progress bar opened. Returns (the run's base key, the Evaluator, the _Log)."""
   if jax.process_index() == 0:
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
@@ -176,11 +184,10 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
   log = _Log(c, workdir, start)
   rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
                        sharding.replicated(run.mesh))
-  with report.compiling('the train step'):  # before the progress bar: its rate and ETA exclude the compile
-    run.compile()
   evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
                                    else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
                                    timer=log.timer)
+  (compiled or scaffold.in_thread(_compile, run)).result()  # before the progress bar: its ETA excludes the compile
   log.start()
   return rng, evaluator, log
 

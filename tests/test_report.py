@@ -119,8 +119,9 @@ def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, 
     pass
   with report.compiling('the train step'):
     jax.monitoring.record_event(report.CACHE_HIT)  # what JAX records when the cache has the program
-  assert capsys.readouterr().err == ('compiling the train step...\ncompiled in 2.5 s\n'
-                                     'compiling the train step...\ncompiled in 1.5 s (from the compilation cache)\n')
+  assert capsys.readouterr().err == (
+      'compiling the train step...\ncompiled the train step in 2.5 s\n'
+      'compiling the train step...\ncompiled the train step in 1.5 s (from the compilation cache)\n')
 
 
 def test_is_chief_reads_jax_without_starting_a_backend():

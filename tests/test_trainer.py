@@ -204,7 +204,7 @@ def test_startup_stages_and_the_end_of_run_summary(tmp_path, corpus_file, cache_
   """The compile is announced and timed before the progress bar; the run ends with its summary on stdout."""
   trainer.train(tiny_config(corpus_file, cache_dir), tmp_path, stop_after=2)
   out, err = capsys.readouterr()
-  compiling, compiled = err.index('compiling the train step...\n'), err.index('compiled in ')
+  compiling, compiled = err.index('compiling the train step...\n'), err.index('compiled the train step in ')
   assert compiling < compiled < err.index('| 0/8 [')  # the bar starts after the compile: its ETA excludes it
   assert out.startswith('pre-training stopped at step 2 of 8 (2 steps in ')
   assert f'  newest checkpoint: {tmp_path}/checkpoints/2\n' in out and os.path.isdir(tmp_path / 'checkpoints' / '2')
