@@ -10,13 +10,15 @@ the budget is skipped (a second run with --stages=... takes the rest):
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
              warm (the same compiled step): seconds from launch to its first step;
+  loop       the quickstart's training loop again, its parts timed on the host (bench/loop_overhead.py --real: the
+             batch, putting it on the GPU, calling the step, waiting for the step before, logging);
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
   levers     Small (Base for the levers named `Base: ...`) with one lever changed at a time (LEVERS below, or those
              --levers names), each against the plain GPU defaults (the first, beside the PyTorch step), over 30
-             steps; their steps are compiled first, all at once, into a compile cache of their own. The steps
-             without command buffers (CUDA graphs) are also profiled: the kernels' time per part of the step
+             steps; their steps are compiled first, all at once, into a compile cache of their own. The PROFILED
+             levers (without command buffers: CUDA graphs) are also profiled: the kernels' time per part of the step
              against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
-             (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace.
+             (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace/LEVER.
 Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
 OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about two minutes (a test does).
 
@@ -41,33 +43,49 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDED = ('ml_collections', 'tensorboardX', 'grain', 'array_record', 'portpicker')
 VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torch', 'transformers', 'grain',
             'ml_collections')
-STAGES = ('versions', 'small', 'quickstart', 'resume', 'base', 'levers')
+STAGES = ('versions', 'small', 'quickstart', 'resume', 'loop', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
 EINSUM = ['--config.model.attention=einsum']  # on a GPU: the paper's attention dropout (config.ATTENTIONS)
 UNIFORM = ['--config.model.dropout_draw=uniform']  # threefry masks, row by row (config.DROPOUT_DRAWS)
 BASELINE = 'none (the plain GPU defaults)'
+NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA graphs) off
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
+    # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the step is one graph to the
+    # profiler: PROFILED, for Small and Base.
+    'command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
+    # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
+    'Base: none': ({}, []),
+    'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
     # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
     # trained at ~40 ms a step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
     'fresh batches': ({}, ['--fresh_batches']),
-    'fresh batches, command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, ['--fresh_batches']),
     'fresh batches, staged': ({'ELECTRA_JAX_STAGE_BATCHES': '1'}, ['--fresh_batches']),  # Pretraining.put_batch
-    # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
-    'Base: none': ({}, []),
+    # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
+    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
+    # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
+    # kernel to cast it first, ~220 per step); no split-K weight gradients (a GEMM and a reduction each); bias
+    # epilogues in cuBLASLt GEMMs; sibling fusions of one shape (the optimizer's ~400 updates); reductions and
+    # their elementwise neighbours (LayerNorm, bias gradients) fused by Triton.
+    'cuBLAS fallback off': ({'XLA_FLAGS': '--xla_gpu_cublas_fallback=false'}, []),
+    'split-K autotuning off': ({'XLA_FLAGS': '--xla_gpu_enable_split_k_autotuning=false'}, []),
+    'cuBLASLt': ({'XLA_FLAGS': '--xla_gpu_enable_cublaslt=true'}, []),
+    'Triton GEMMs off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
+    'same-shape multi-output fusion': ({'XLA_FLAGS': '--xla_gpu_experimental_enable_same_shape_multi_output_fusion='
+                                                     'true'}, []),
+    'Triton heroless fusion': ({'XLA_FLAGS': '--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true'},
+                               []),
+    'fresh batches, command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, ['--fresh_batches']),
     # The masks of the CPU and TPU: threefry, a row at a time (the GPU's default before 2026-11-27).
     'dropout_draw=uniform': ({}, UNIFORM),
     # The paper's attention dropout: scores, softmax, dropout and their gradients in ~10 kernels per layer over
     # [batch, heads, length, length], not one cuDNN kernel.
     'attention=einsum (attention dropout)': ({}, EINSUM),
     'dropout_draw=uniform, attention=einsum (attention dropout)': ({}, [*EINSUM, *UNIFORM]),
-    # The Small step is ~2,700 kernels; with XLA's command buffers (CUDA graphs) the step is one graph to the
-    # profiler: PROFILED.
-    'command buffers off': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer='}, []),
     'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
     'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
     'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
@@ -79,9 +97,9 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: dropout_draw=uniform': ({}, UNIFORM),
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
-PROFILED = 'command buffers off'  # the lever whose steps are also profiled: each kernel's time, per part of the step
+PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
-TINY_LEVERS = (PROFILED, 'prng=rbg')  # --tiny: the profile, and a lever that changes the program on a CPU too
+TINY_LEVERS = (PROFILED[0], 'prng=rbg')  # --tiny: the profile, and a lever that changes the program on a CPU too
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -225,10 +243,10 @@ class Check:
         continue
       env, extra = self.lever(name)
       note = f' (read from the cache; compiled in {compiled[name]:.1f} s beside the others)' if name in compiled else ''
-      if name == PROFILED:
-        extra = [*extra, '--trace_dir=' + os.path.join(self.out, 'trace')]
+      if name in PROFILED:
+        extra = [*extra, '--trace_dir=' + os.path.join(self.out, 'trace', re.sub(r'\W+', '_', name))]
       self.throughput(f'lever: {name}', *self.lever_shape(name), 120 if self.tiny else 150, extra, env,
-                      torch=name == BASELINE, note=note, profile=(1 if self.tiny else 2) if name == PROFILED else 0)
+                      torch=name == BASELINE, note=note, profile=(1 if self.tiny else 2) if name in PROFILED else 0)
 
   def lever(self, name: str) -> tuple[dict, list[str]]:
     """The environment and extra flags of lever `name`: its XLA_FLAGS after the check's own, its step kept in the
@@ -304,6 +322,16 @@ class Check:
              f'first step {first[0]:.1f} s after launch (compile cache warm); {stages}' if first else stages,
              {'first_step_seconds': first[0] if first else None})
 
+  def loop(self):
+    """The quickstart's run again in a new workdir, its loop's parts timed (bench/loop_overhead.py; --tiny: with a
+    step that returns at once), its step read from the quickstart's compile cache."""
+    argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, 'loop'),
+            '--steps=20' if self.tiny else '--steps=600']  # the quickstart's train_steps: the same compiled step
+    status, output, seconds = self.command('loop', argv if self.tiny else [*argv, '--real'], 240,
+                                           {'ELECTRA_JAX_CACHE': self.cache})
+    self.row('loop', status, seconds, next((line for line in output.splitlines() if line.startswith('the loop')),
+                                           _last_line(output)))
+
   def table(self) -> str:
     lines = ['| stage | status | seconds | result |', '|---|---|---|---|']
     lines += [f'| {stage} | {status} | {seconds:.0f} | {result} |' for stage, status, seconds, result in self.rows]
@@ -375,7 +403,7 @@ def main():
     parser.error(f'unknown stage(s) {", ".join(sorted(unknown))}: choose from {", ".join(STAGES)}')
   check = Check(args.out, args.tiny, args.budget, args.python, tuple(filter(None, args.levers.split(','))))
   print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
-  needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'base': 60, 'levers': 30}
+  needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'loop': 40, 'base': 60, 'levers': 30}
   for stage in STAGES:
     if stage in args.stages.split(',') and check.room(stage, 5 if args.tiny else needs[stage]):
       getattr(check, stage)()

@@ -1,15 +1,21 @@
-"""The training loop's own time per step on the host: `electra_jax.trainer.train` with the train step replaced by
-one that returns at once (the first step's state and metrics, computed for real), so that what is left is the
-loop: reading and assembling the batch, putting it on the devices, the metrics' sums, the loss check, logging.
+"""Where the training loop's time per step goes on the host: `electra_jax.trainer.train` on the GPU quickstart's
+run (configs/small.py:quickstart: batch 128 x 128, the built-in corpus), its parts timed: reading and assembling the
+batch, putting it on the devices, calling the train step, the metrics' sums and the loss check (which waits for
+the step before: the loop keeps one step in flight), writing the metrics (every log_every steps), the checkpoint
+(the last step's), and the rest.
 
-  python bench/loop_overhead.py WORKDIR [--steps=400]
+  python bench/loop_overhead.py WORKDIR [--steps=400] [--real]
 
-On a GPU a step the device finishes faster than this cannot be kept busy by the loop (it keeps one step in flight).
-The run is the GPU quickstart's (configs/small.py:quickstart: batch 128 x 128, the built-in corpus) with the model
-shrunk to one tiny layer: only the first step's compile depends on it.
+By default the train step is replaced by one that returns at once (the first step's state and metrics, computed
+for real) and the model is shrunk to one tiny layer, so that what is timed is the loop alone: on a GPU a step the
+device finishes faster than this cannot be kept busy by it. `--real` runs the quickstart's own model and step: on
+a GPU the loss check then holds the time the loop waits for the device; calling the step is what it costs to hand
+the compiled step its ~1,200 state arrays.
 """
 
 import argparse
+import collections
+import functools
 import os
 import sys
 import time
@@ -19,32 +25,66 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax
 
 from configs import small
-from electra_jax import train_step, trainer
+from electra_jax import checkpoint, data, train_step, trainer
+
+PARTS = {  # part of the loop: (class, method)
+    'batch': (data.BatchIterator, '__next__'),
+    'put on devices': (train_step.Pretraining, 'put_batch'),
+    'train step call': (train_step.Pretraining, 'step_fn'),
+    'metrics sums and loss check': (trainer._Log, 'add'),  # pylint: disable=protected-access
+    'metrics written': (trainer._Log, 'write'),  # pylint: disable=protected-access
+    'checkpoint': (checkpoint.Checkpointer, 'save'),
+}
+
+
+def timed(seconds: collections.Counter, part: str, method):
+  @functools.wraps(method)
+  def wrapper(*args, **kwargs):
+    start = time.perf_counter()
+    try:
+      return method(*args, **kwargs)
+    finally:
+      seconds[part] += time.perf_counter() - start
+  return wrapper
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('workdir', help='A new directory for the run (its checkpoint and metrics).')
   parser.add_argument('--steps', type=int, default=400)
+  parser.add_argument('--real', action='store_true', help='The quickstart\'s own model and train step.')
   args = parser.parse_args()
   config = small.get_config('quickstart')
   config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps)
-  config.model.update(num_layers=1, hidden_size=32, num_heads=1, intermediate_size=64, embedding_size=32)
-  real, done, timed = train_step.Pretraining.step_fn, {}, {'steps': 0}
+  seconds, timer = collections.Counter(), {'steps': 0}
+  real = train_step.Pretraining.step_fn
+  if not args.real:
+    config.model.update(num_layers=1, hidden_size=32, num_heads=1, intermediate_size=64, embedding_size=32)
+    outputs = {}
 
-  def returns_at_once(self, state, batch, rng):
-    if not done:  # the first step for real: its compile and run are not the loop's
-      done['outputs'] = jax.block_until_ready(real(self, state, batch, rng))
-      timed['start'] = time.perf_counter()
-    else:
-      timed['steps'] += 1
-    return done['outputs']
+    def returns_at_once(self, state, batch, rng):
+      if 'first' not in outputs:  # the first step for real: its compile and run are not the loop's
+        outputs['first'] = jax.block_until_ready(real(self, state, batch, rng))
+      return outputs['first']
+    train_step.Pretraining.step_fn = returns_at_once
+  for part, (cls, name) in PARTS.items():
+    setattr(cls, name, timed(seconds, part, getattr(cls, name)))
 
-  train_step.Pretraining.step_fn = returns_at_once
+  def counting(self, state, batch, rng, step_fn=train_step.Pretraining.step_fn):
+    timer['steps'] += 1
+    if timer['steps'] == 2:  # from the end of the first step (compile, warm-up) on
+      timer['start'] = time.perf_counter()
+      seconds.clear()
+    return step_fn(self, state, batch, rng)
+  train_step.Pretraining.step_fn = counting
   trainer.train(config, args.workdir)
-  seconds = time.perf_counter() - timed['start']
-  print(f'the loop: {1e3 * seconds / timed["steps"]:.2f} ms per step on the host over {timed["steps"]} steps '
-        f'(batch {config.batch_size} x {config.data.max_seq_length}; {os.cpu_count()} CPUs)', flush=True)
+  total = time.perf_counter() - timer['start']
+  steps = timer['steps'] - 1
+  ms = lambda s: f'{1e3 * s / steps:.2f} ms'
+  parts = ', '.join(f'{part} {ms(seconds[part])}' for part in PARTS)
+  print(f'the loop{" with the real step" if args.real else ""}: {ms(total)} per step on the host over {steps} steps '
+        f'({parts}, the rest {ms(total - sum(seconds.values()))}; batch {config.batch_size} x '
+        f'{config.data.max_seq_length}; {os.cpu_count()} CPUs; {jax.devices()[0].device_kind})', flush=True)
 
 
 if __name__ == '__main__':
