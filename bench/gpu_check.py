@@ -199,7 +199,8 @@ class Check:
     if result is None:
       self.row(name, status, seconds, _last_line(output))
       return None
-    text = (f'{result["step_seconds"] * 1e3:.2f} ms/step, {result["tokens_per_second"]:,.0f} tokens/s, MFU '
+    text = (f'{result["step_seconds"] * 1e3:.2f} ms/step (a call returns in {result["call_seconds"] * 1e3:.2f} ms), '
+            f'{result["tokens_per_second"]:,.0f} tokens/s, MFU '
             f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
     if 'torch_step_seconds' in result:

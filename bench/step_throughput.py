@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags
 import jax
 import jax.numpy as jnp
+import numpy as np
 from ml_collections import config_flags
 
 from electra_jax import compile_cache, config as config_lib, flops, kernels, report, sharding
@@ -96,10 +97,13 @@ def time_jax(c, batch, t0: float) -> dict:
   state, metrics = run.step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   start_steps = time.perf_counter()
+  calls = []  # seconds each call of the step takes to return: dispatch, unless something makes it wait for the GPU
   for _ in range(_STEPS.value):
     if _FRESH_BATCHES.value:  # as training puts each batch (ELECTRA_JAX_STAGE_BATCHES: where the last one was)
       device_batch = run.put_batch(batch)
+    called = time.perf_counter()
     state, metrics = run.step_fn(state, device_batch, rng)
+    calls.append(time.perf_counter() - called)
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - start_steps) / _STEPS.value
   profile = {}
@@ -126,7 +130,8 @@ def time_jax(c, batch, t0: float) -> dict:
       print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
-          'first_step_seconds': first - t0, 'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
+          'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)),
+          'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
           'loss': float(metrics['loss'][0]), **profile}
 
 
@@ -174,7 +179,8 @@ def main(argv):
   peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # after the timing: on a CPU it times matmuls
   seconds, tokens = r['step_seconds'], c.batch_size * length
   r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
-  print(f'jax:   step {seconds * 1e3:.2f} ms, {tokens / seconds:,.0f} tokens/s, '
+  print(f'jax:   step {seconds * 1e3:.2f} ms (a call returns in {r["call_seconds"] * 1e3:.2f} ms), '
+        f'{tokens / seconds:,.0f} tokens/s, '
         f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, MFU {r["mfu"]:.1%} (peak {peak / 1e12:.2f} TFLOP/s); '
         f'compile {r["compile_seconds"]:.1f} s, initialiser {r["init_seconds"]:.1f} s, first step at '
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
