@@ -72,6 +72,26 @@ def layer_norm(config: ModelConfig, axis_name: str, name: str = 'LayerNorm'):
                       bias_init=_zeros((axis_name,)), name=name)
 
 
+def rbg_key(key) -> jax.Array:
+  """`key` as a jax 'unsafe_rbg' key (its 64 bits twice, as jax seeds its rbg keys), unless it is one: its fold_in
+  and its bits are XLA's RngBitGenerator, never threefry. On a GPU each threefry of a key is a custom call (jax's
+  cu_threefry2x32 kernel) that XLA cannot record into a command buffer (CUDA graph): an ELECTRA-Small step whose
+  dropout keys were threefry's ran as ~160 graphs and launches (151 of its 158 threefry calls)."""
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if jax.random.key_impl(key) == 'unsafe_rbg':
+      return key
+    key = jax.random.key_data(key)
+  return jax.random.wrap_key_data(jnp.concatenate([key, key]).astype(jnp.uint32), impl='unsafe_rbg')
+
+
+def dropout_rngs(rngs: dict | None, draw: str) -> dict | None:
+  """`rngs` for Module.apply, their 'dropout' key an `rbg_key` under draw='rbg' (model.dropout_draw): the key every
+  Dropout module derives from it (make_rng) is then no threefry either."""
+  if draw != 'rbg' or not rngs or 'dropout' not in rngs:
+    return rngs
+  return {**rngs, 'dropout': rbg_key(rngs['dropout'])}
+
+
 class Dropout(nn.Module):
   """Inverted dropout whose mask for example row r is drawn from fold_in(this module's 'dropout' key, r).
 
@@ -84,9 +104,10 @@ class Dropout(nn.Module):
   second-to-last axis (of length m) index i takes the low halves and index i + ceil(m / 2) the high halves of the
   same words. Half the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop
   probability is round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
-  draw='rbg' draws the whole mask at once from XLA's RngBitGenerator (jax's 'rbg' keys: Philox on a GPU, fused
-  into the kernel that applies it, where threefry is a kernel of its own) keyed by fold_in(key, first row). XLA
-  splits that draw over a mesh without changing it, so any mesh draws the same masks; micro-batches draw others.
+  draw='rbg' draws the whole mask at once from XLA's RngBitGenerator (Philox on a GPU, fused into the kernel that
+  applies it, where threefry is a kernel of its own) keyed by fold_in(key, first row), the key a jax 'unsafe_rbg'
+  key (`rbg_key`, `dropout_rngs`). XLA splits that draw over a mesh without changing it, so any mesh draws the
+  same masks; micro-batches draw others.
   """
   rate: float
   draw: str  # model.dropout_draw, resolved: 'uniform', 'bits16' or 'rbg'
@@ -101,8 +122,7 @@ class Dropout(nn.Module):
     """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
     if self.draw == 'rbg':
-      seed = jax.random.bits(jax.random.fold_in(key, rows[0]), (4,), jnp.uint32)
-      return jax.random.bernoulli(jax.random.wrap_key_data(seed, impl='rbg'), 1.0 - self.rate, shape)
+      return jax.random.bernoulli(jax.random.fold_in(rbg_key(key), rows[0]), 1.0 - self.rate, shape)
     *outer, m, last = (shape[0] // rows.shape[0],) + tuple(shape[1:])
 
     def row(r):

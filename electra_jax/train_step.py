@@ -19,7 +19,7 @@ from flax import traverse_util
 
 from electra_jax import masking, objective, optimizer, scaffold, sharding
 from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
-from electra_jax.model import Electra
+from electra_jax.model import Electra, dropout_rngs
 from electra_jax.scaffold import ABSTRACT_KEY
 
 
@@ -42,7 +42,8 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   """
   rng = jax.random.fold_in(rng, state.step)
   progress = state.step / train_steps
-  apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
+  def apply_fn(params, *args, rngs=None, **kwargs):
+    return model.apply({'params': params}, *args, rngs=dropout_rngs(rngs, model.config.dropout_draw), **kwargs)
   two_stage = config.two_stage_generator_steps > 0
   spec = objective.get(config.name)
   loss, metrics_fn = spec.loss, spec.metrics

@@ -521,3 +521,25 @@ def test_rbg_dropout_draws_the_same_mask_on_any_mesh():
   np.testing.assert_array_equal(sharded, mask)
   assert not np.array_equal(keep(np.arange(5, 69))[:127], mask[5 * 127:6 * 127])
   assert np.mean(keep(np.arange(64), key=1) != mask) > 0.1  # independent masks differ at 2 p (1 - p) = 18%
+
+
+def test_rbg_dropout_keys_need_no_threefry():
+  """Under model.dropout_draw='rbg' the dropout key (model_lib.dropout_rngs) is an unsafe_rbg key: what each Dropout
+  module derives from it (make_rng, fold_in by row) and draws is RngBitGenerator, no threefry (on a GPU each is a
+  custom call that splits XLA's CUDA graph). The model's forward pass with a threefry dropout key has them."""
+  c = ModelConfig(vocab_size=50, embedding_size=16, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+                  dropout_draw='rbg')
+  model = model_lib.Electra(c)
+  ids = jnp.ones((2, 8), jnp.int32)
+  params = model.init(jax.random.PRNGKey(0), ids, ids, ids, method='discriminator_logits')
+
+  def lowered(rngs):
+    fn = lambda p: model.apply(p, ids, ids, ids, deterministic=False, method='discriminator_logits', rngs=rngs)
+    return jax.jit(fn).lower(params).as_text()
+  key = jax.random.PRNGKey(1)
+  converted = lowered(model_lib.dropout_rngs({'dropout': key}, 'rbg'))
+  assert 'threefry' not in converted and 'rng_bit_generator' in converted
+  assert 'threefry' in lowered({'dropout': key})  # make_rng of a threefry key: threefry in every module
+  assert model_lib.dropout_rngs({'dropout': key}, 'uniform') == {'dropout': key}  # CPU and TPU: as they were
+  rbg = model_lib.rbg_key(key)
+  assert model_lib.rbg_key(rbg) is rbg and jax.random.key_data(rbg).tolist() == [*key.tolist(), *key.tolist()]

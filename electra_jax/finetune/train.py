@@ -36,7 +36,7 @@ from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads, metrics, predict, report, tasks
 from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
-from electra_jax.model import fold_embeddings_delta
+from electra_jax.model import dropout_rngs, fold_embeddings_delta
 from electra_jax.preemption import StopSignal
 from electra_jax.train_step import TrainState
 
@@ -59,7 +59,8 @@ def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: opt
   rng = jax.random.fold_in(rng, state.step)
 
   def loss_fn(params):
-    outputs = model.apply({'params': params}, batch, train=True, rngs={'dropout': rng})
+    outputs = model.apply({'params': params}, batch, train=True,
+                          rngs=dropout_rngs({'dropout': rng}, model.config.dropout_draw))
     return heads.loss(model.kind, outputs, batch, squad_config)
 
   (total, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
