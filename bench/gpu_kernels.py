@@ -73,7 +73,6 @@ def describe(name: str, compiled, seconds: dict) -> str:
     lines.append(f'  while loop {i.name}: {i.trips} iterations, from {i.op_name[-100:]}')
   special = {
       'threefry (random bits) in': r'threefry|shift_right_logical.*xor|random_bits',
-      'custom calls XLA records in no command buffer (jax\'s threefry kernel) in': r'cu_threefry2x32',
       'cumulative sum in': r'cumsum|reduce-window',
       'sort in': r' sort\(',
       'scatter in': r' scatter\(',
@@ -102,8 +101,10 @@ def main(argv):
   c = aot.load_config(cfg, 'gpu')
   mesh = sharding.make_mesh(c.mesh, devices)
   m = c.model
+  with scaffold.threefry_kernels():
+    kernel = 'its CUDA kernel' if jax.config.jax_threefry_gpu_kernel_lowering else 'inline code'
   print(f'{_TOPOLOGY.value}: {devices[0].device_kind}; jax {jax.__version__}; prng {jax.config.jax_default_prng_impl}'
-        f', threefry_gpu_kernel_lowering={jax.config.jax_threefry_gpu_kernel_lowering}; XLA_FLAGS='
+        f', threefry lowered as {kernel}; XLA_FLAGS='
         f'{os.environ.get("XLA_FLAGS", "")!r}; {m.num_layers} layers H={m.hidden_size} vocab={m.vocab_size} '
         f'dtype={m.dtype} attention={m.attention} dropout {m.dropout_rate}/{m.attention_dropout_rate} '
         f'({m.dropout_draw}) scan_layers={m.scan_layers}; batch {c.batch_size} x {c.data.max_seq_length}',
