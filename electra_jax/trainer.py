@@ -173,9 +173,9 @@ def _compile(run: train_step.Pretraining):
 
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
            start: int, compiled):
-  """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`, the devices
-  announced, the evaluation step compiling, the train step compiled (`compiled`: its compile, in a thread), the
-  metrics files and the progress bar opened. Returns (the run's base key, the Evaluator, the _Log)."""
+  """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`,
+  the devices announced, the evaluation step compiling, the train step compiled (`compiled`: its compile, in a
+  thread), the metrics files and the progress bar opened. Returns (the run's base key, the Evaluator, the _Log)."""
   if jax.process_index() == 0:
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
