@@ -55,16 +55,15 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
-    # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the step is one graph to the
-    # profiler: PROFILED, for Small and Base.
+    # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
+    # their kernels: PROFILED, for Small and Base.
     'command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
+    # jax's threefry CUDA kernel is a custom call XLA records in no command buffer: each one ends a CUDA graph. The
+    # step keeps 8 (masking, sampling); inline, it has none.
+    'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
-    # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
-    # trained at ~40 ms a step where this step takes 16.4. A command buffer (CUDA graph) whose inputs move is updated.
-    'fresh batches': ({}, ['--fresh_batches']),
-    'fresh batches, staged': ({'ELECTRA_JAX_STAGE_BATCHES': '1'}, ['--fresh_batches']),  # Pretraining.put_batch
     # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
@@ -79,6 +78,11 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
                                                      'true'}, []),
     'Triton heroless fusion': ({'XLA_FLAGS': '--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true'},
                                []),
+    # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
+    # loop trains at ~28 ms a step; a command buffer (CUDA graph) whose inputs move is updated (2026-11-27, H200:
+    # 27.5 ms a step, 21.7 staged, 23.6 with one batch)
+    'fresh batches': ({}, ['--fresh_batches']),
+    'fresh batches, staged': ({'ELECTRA_JAX_STAGE_BATCHES': '1'}, ['--fresh_batches']),  # Pretraining.put_batch
     'fresh batches, command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, ['--fresh_batches']),
     # The masks of the CPU and TPU: threefry, a row at a time (the GPU's default before 2026-11-27).
     'dropout_draw=uniform': ({}, UNIFORM),
@@ -86,7 +90,6 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # [batch, heads, length, length], not one cuDNN kernel.
     'attention=einsum (attention dropout)': ({}, EINSUM),
     'dropout_draw=uniform, attention=einsum (attention dropout)': ({}, [*EINSUM, *UNIFORM]),
-    'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
     'prng=rbg': ({'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, []),
     'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
                                                      'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
