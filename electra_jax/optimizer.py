@@ -62,7 +62,8 @@ def decay_mask(params):
 def global_norm(tree, flat: bool = False) -> jax.Array:
   """The L2 norm of all of `tree`'s leaves (optax.tree.norm). `flat`: the norm of their concatenation in float32,
   which XLA reduces in a few kernels where the sum over leaves takes one per leaf (~420 of a Small step's ~2,600 on
-  a GPU). Only for replicated leaves: concatenating sharded ones would gather them."""
+  a GPU), for a float32 copy of the leaves while it runs. Only for replicated leaves: concatenating sharded ones
+  would gather them."""
   if not flat:
     return optax.tree.norm(tree)
   every = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(tree)])

@@ -169,8 +169,10 @@ class Pretraining:
     c = self.config
     spec = objective.get(c.objective.name)
     self.model = spec.training_model(c)
-    # Replicated parameters (no fsdp or tensor axis) take their gradients' global norm in a few kernels.
-    flat_norm = sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1
+    # On GPUs, whose steps are bound by their launches, replicated parameters (no fsdp or tensor axis) take their
+    # gradients' global norm in a few kernels (optimizer.global_norm); elsewhere leaf by leaf, as optax does.
+    flat_norm = (self.mesh.devices.flat[0].platform == 'gpu'
+                 and sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1)
     tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps, flat_norm)
     self.tx = spec.optimizer(tx)
     self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
