@@ -84,6 +84,7 @@ class Evaluator:
     c = run.config
     self.run, self.every, self.last_step = run, every, last_step
     self.timer = timer or scaffold.Chrono()  # paused while evaluating: a throughput timed by it counts training only
+    self._lines = []  # the line saying the evaluation step compiled, for `compiled` to return
     if examples is None or not every:
       self.batches = []
       return
@@ -110,11 +111,18 @@ class Evaluator:
                      out_shardings=replicated)
 
     def compile_step():
-      with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step'):
+      with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step', self._lines):
         return jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
     # Compiled now, in a thread beside the train step's compile, not at the first evaluation hours into the run.
     self._compiled = scaffold.in_thread(compile_step)
     self._accumulate = jax.jit(metrics_lib.accumulate)
+
+  def compiled(self) -> list[str]:
+    """Waits for the evaluation step's compile (if there is an evaluation) and returns the line saying so: the
+    caller prints it, so that a run failing while it compiled ends with its error line."""
+    if self.batches:
+      self._compiled.result()
+    return self._lines
 
   def due(self, step: int) -> bool:
     return bool(self.batches) and scaffold.itstime(step, self.every, self.last_step)

@@ -56,29 +56,34 @@ def log(message: str):
 
 
 @contextlib.contextmanager
-def stage(doing: str, done: str = 'done'):
-  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why."""
+def stage(doing: str, done: str = 'done', later: list | None = None):
+  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why; with
+  `later`, the done line is appended to it instead, for the caller to print (`log`) when it is its turn."""
   log(f'{doing}...')
   start = clock()
   note = []  # the block may add words to the done line
   yield note
-  log(f'{done} in {clock() - start:.1f} s{"".join(note)}')
+  line = f'{done} in {clock() - start:.1f} s{"".join(note)}'
+  if later is None:
+    log(line)
+  else:
+    later.append(line)
 
 
 CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
 
 
 @contextlib.contextmanager
-def compiling(what: str):
-  """Prints `compiling what...` and then `compiled what in N s`, saying when the program came from the persistent
-  compilation cache (electra_jax.compile_cache) rather than the compiler. Compiles may run in threads side by side
-  (scaffold.in_thread): each counts the cache hits of its own thread."""
+def compiling(what: str, later: list | None = None):
+  """Prints `compiling what...` and then `compiled what in N s` (into `later`: see `stage`), saying when the program
+  came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler. Compiles may run
+  in threads side by side (scaffold.in_thread): each counts the cache hits of its own thread."""
   hits, thread = [], threading.get_ident()
   listener = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None
   jax.monitoring.register_event_listener(listener)
   try:
-    with stage(f'compiling {what}', done=f'compiled {what}') as note:
+    with stage(f'compiling {what}', done=f'compiled {what}', later=later) as note:
       yield
       note.append(' (from the compilation cache)' if hits else '')
   finally:

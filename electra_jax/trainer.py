@@ -166,9 +166,13 @@ def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, check
     raise
 
 
-def _compile(run: train_step.Pretraining):
-  with report.compiling('the train step'):
+def _compile(run: train_step.Pretraining) -> list[str]:
+  """Compiles the train step (in a thread: scaffold.in_thread); returns the line saying so, for `_start` to print,
+  so that a run failing while it compiled ends with its error line."""
+  done = []
+  with report.compiling('the train step', done):
     run.compile()
+  return done
 
 
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
@@ -187,7 +191,9 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
   evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
                                    else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
                                    timer=log.timer)
-  (compiled or scaffold.in_thread(_compile, run)).result()  # before the progress bar: its ETA excludes the compile
+  # Both compiles end before the progress bar: its rate and ETA exclude them.
+  for line in (compiled or scaffold.in_thread(_compile, run)).result() + evaluator.compiled():
+    report.log(line)
   log.start()
   return rng, evaluator, log
 

@@ -6,7 +6,7 @@ import os
 import jax
 import pytest
 
-from electra_jax import plot, report
+from electra_jax import plot, report, scaffold
 
 
 def test_summary_names_the_metrics_checkpoint_and_next_commands():
@@ -122,6 +122,20 @@ def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, 
   assert capsys.readouterr().err == (
       'compiling the train step...\ncompiled the train step in 2.5 s\n'
       'compiling the train step...\ncompiled the train step in 1.5 s (from the compilation cache)\n')
+
+
+def test_compiling_in_a_thread_leaves_its_done_line_to_the_caller(capsys, monkeypatch):
+  """A compile in a thread (trainer, evaluation) hands its done line back, so that an error the run meets meanwhile
+  stays its last line."""
+  monkeypatch.setattr(report, 'clock', iter([10.0, 12.5]).__next__)
+  done = []
+
+  def compile_in_thread():
+    with report.compiling('the evaluation step', done):
+      pass
+  scaffold.in_thread(compile_in_thread).result()
+  assert done == ['compiled the evaluation step in 2.5 s']
+  assert capsys.readouterr().err == 'compiling the evaluation step...\n'
 
 
 def test_is_chief_reads_jax_without_starting_a_backend():
