@@ -12,6 +12,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
              warm (the same compiled step): seconds from launch to its first step;
   loop       the quickstart's training loop again, its parts timed on the host (bench/loop_overhead.py --real: the
              batch, putting it on the GPU, calling the step, waiting for the step before, logging);
+  compile    the Small step compiled alone from an empty compile cache (the first step's largest part), with XLA's
+             defaults and with each of COMPILE_LEVERS;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
   levers     Small (Base for the levers named `Base: ...`) with one lever changed at a time (LEVERS below, or those
              --levers names), each against the plain GPU defaults (the first, beside the PyTorch step), over 30
@@ -43,7 +45,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDED = ('ml_collections', 'tensorboardX', 'grain', 'array_record', 'portpicker')
 VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torch', 'transformers', 'grain',
             'ml_collections')
-STAGES = ('versions', 'small', 'quickstart', 'resume', 'loop', 'base', 'levers')
+STAGES = ('versions', 'small', 'quickstart', 'resume', 'loop', 'compile', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
 EINSUM = ['--config.model.attention=einsum']  # on a GPU: the paper's attention dropout (config.ATTENTIONS)
@@ -99,6 +101,14 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'batch 512 x 128': ({}, ['--batch=512']),
     'Base: dropout_draw=uniform': ({}, UNIFORM),
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
+}
+# Levers of the compile alone (stage `compile`): LLVM's code generation split over the host's cores (one module by
+# default), and no GEMM autotuning.
+COMPILE_LEVERS = {
+    'XLA defaults': {},
+    'parallel LLVM compile': {'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
+                                           '--xla_gpu_force_compilation_parallelism=16'},
+    'autotune off': {'XLA_FLAGS': '--xla_gpu_autotune_level=0'},
 }
 PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
@@ -256,9 +266,13 @@ class Check:
     """The environment and extra flags of lever `name`: its XLA_FLAGS after the check's own, its step kept in the
     levers' compile cache."""
     env, extra = LEVERS[name]
+    return self.lever_env(env), [*extra, '--compile_cache=' + os.path.join(self.out, 'lever_cache')]
+
+  def lever_env(self, env: dict) -> dict:
+    """A lever's environment, its XLA_FLAGS after the check's own."""
     if 'XLA_FLAGS' in env:
-      env = {'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
-    return env, [*extra, '--compile_cache=' + os.path.join(self.out, 'lever_cache')]
+      env = {**env, 'XLA_FLAGS': ' '.join(filter(None, (self.env.get('XLA_FLAGS', ''), env['XLA_FLAGS'])))}
+    return env
 
   def lever_shape(self, name: str) -> tuple[str, int, int, int]:
     """Lever `name`'s config, batch, length and timed steps: ELECTRA-Base's at 32 x 512 for a `Base` lever."""
@@ -336,6 +350,20 @@ class Check:
     self.row('loop', status, seconds, next((line for line in output.splitlines() if line.startswith('the loop')),
                                            _last_line(output)))
 
+  def compile(self):
+    """The Small step compiled alone, one process after another, without a compile cache (step_throughput
+    --compile_only): its XLA compile seconds under each of COMPILE_LEVERS, and the initialiser's."""
+    shape = ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 30)
+    for name, env in COMPILE_LEVERS.items():
+      if not self.room(f'compile: {name}', 20 if self.tiny else 90):
+        continue
+      argv = self.throughput_argv(*shape, torch=False) + ['--compile_only']
+      status, output, seconds = self.command(f'compile: {name}', argv, 240, self.lever_env(env))
+      result = _result(output)
+      text = (f'step compiled in {result["compile_seconds"]:.1f} s, initialiser {result["init_seconds"]:.1f} s'
+              if result else _last_line(output))
+      self.row(f'compile: {name}', status, seconds, text, result)
+
   def table(self) -> str:
     lines = ['| stage | status | seconds | result |', '|---|---|---|---|']
     lines += [f'| {stage} | {status} | {seconds:.0f} | {result} |' for stage, status, seconds, result in self.rows]
@@ -407,7 +435,8 @@ def main():
     parser.error(f'unknown stage(s) {", ".join(sorted(unknown))}: choose from {", ".join(STAGES)}')
   check = Check(args.out, args.tiny, args.budget, args.python, tuple(filter(None, args.levers.split(','))))
   print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
-  needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'loop': 40, 'base': 60, 'levers': 30}
+  needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'loop': 40, 'compile': 90, 'base': 60,
+           'levers': 30}
   for stage in STAGES:
     if stage in args.stages.split(',') and check.room(stage, 5 if args.tiny else needs[stage]):
       getattr(check, stage)()
