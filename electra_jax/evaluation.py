@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from electra_jax import masking, metrics as metrics_lib, objective, report, scaffold, sharding
+from electra_jax import masking, metrics as metrics_lib, objective, scaffold, sharding
 from electra_jax.data import loader
 from electra_jax.config import ConfigError, TrainConfig
 
@@ -84,7 +84,6 @@ class Evaluator:
     c = run.config
     self.run, self.every, self.last_step = run, every, last_step
     self.timer = timer or scaffold.Chrono()  # paused while evaluating: a throughput timed by it counts training only
-    self._lines = []  # the line saying the evaluation step compiled, for `compiled` to return
     if examples is None or not every:
       self.batches = []
       return
@@ -111,18 +110,16 @@ class Evaluator:
                      out_shardings=replicated)
 
     def compile_step():
-      with sharding.activate(run.mesh, c.mesh.rules), report.compiling('the evaluation step', self._lines):
+      with sharding.activate(run.mesh, c.mesh.rules):
         return jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
     # Compiled now, in a thread beside the train step's compile, not at the first evaluation hours into the run.
-    self._compiled = scaffold.in_thread(compile_step)
+    self._compiled = scaffold.compile_in_thread('the evaluation step', compile_step)
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
   def compiled(self) -> list[str]:
     """Waits for the evaluation step's compile (if there is an evaluation) and returns the line saying so: the
     caller prints it, so that a run failing while it compiled ends with its error line."""
-    if self.batches:
-      self._compiled.result()
-    return self._lines
+    return [self._compiled.result()[1]] if self.batches else []
 
   def due(self, step: int) -> bool:
     return bool(self.batches) and scaffold.itstime(step, self.every, self.last_step)
@@ -145,7 +142,7 @@ class Evaluator:
     total = histograms = None
     with sharding.activate(self.run.mesh, self.run.config.mesh.rules):
       for batch, key in zip(self.batches, self.keys):
-        metrics, counts = self._compiled.result()(state, batch, key)
+        metrics, counts = self._compiled.result()[0](state, batch, key)
         total = self._accumulate(total, metrics)
         histograms = self._accumulate(histograms, counts) if counts is not None else None
     results = metrics_lib.summarize(total)

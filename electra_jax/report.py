@@ -57,9 +57,11 @@ def log(message: str):
 
 @contextlib.contextmanager
 def stage(doing: str, done: str = 'done', later: list | None = None):
-  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why; with
-  `later`, the done line is appended to it instead, for the caller to print (`log`) when it is its turn."""
-  log(f'{doing}...')
+  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why. With
+  `later` (a block run in a thread: scaffold.compile_in_thread) it prints neither: the caller said `doing...` before
+  the thread started, and prints the done line, appended to `later`, when it waits for it."""
+  if later is None:
+    log(f'{doing}...')
   start = clock()
   note = []  # the block may add words to the done line
   yield note
@@ -75,9 +77,9 @@ CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when th
 
 @contextlib.contextmanager
 def compiling(what: str, later: list | None = None):
-  """Prints `compiling what...` and then `compiled what in N s` (into `later`: see `stage`), saying when the program
+  """Prints `compiling what...` and then `compiled what in N s` (with `later`: see `stage`), saying when the program
   came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler. Compiles may run
-  in threads side by side (scaffold.in_thread): each counts the cache hits of its own thread."""
+  in threads side by side (scaffold.compile_in_thread): each counts the cache hits of its own thread."""
   hits, thread = [], threading.get_ident()
   listener = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import tqdm
 
-from electra_jax import sharding
+from electra_jax import report, sharding
 
 # The shape of a raw (key_data) PRNG key. Shapes are worked out from it rather than from a real key: a real key is
 # a concrete array, which cannot be made for a mesh of devices that are only described (electra_jax.aot).
@@ -93,6 +93,20 @@ def in_thread(fn: Callable, *args) -> concurrent.futures.Future:
   future = pool.submit(fn, *args)
   pool.shutdown(wait=False)  # the thread ends with `fn`
   return future
+
+
+def compile_in_thread(what: str, compile_fn: Callable) -> concurrent.futures.Future:
+  """Says `compiling what...` now and runs `compile_fn()` in a thread (`in_thread`); the Future's result is (what it
+  returned, the line saying it compiled in N s), for the caller to print when it waits for it: a run that fails
+  meanwhile ends with its own error line, not with the compile's."""
+  report.log(f'compiling {what}...')
+
+  def compile_and_say():
+    done = []
+    with report.compiling(what, done):
+      compiled = compile_fn()
+    return compiled, done[0]
+  return in_thread(compile_and_say)
 
 
 def threefry_kernels():

@@ -74,7 +74,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
   compiled = None  # the train step's compile, in a thread while the state is made (a finished run needs none)
   if (checkpointer.latest_step() or 0) < c.train_steps:
-    compiled = scaffold.in_thread(_compile, run)
+    compiled = scaffold.compile_in_thread('the train step', run.compile)
   state = _initial_state(c, run, checkpointer, batches, tokenizer)
   step = start = int(state.step)
   if start >= c.train_steps:
@@ -166,15 +166,6 @@ def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, check
     raise
 
 
-def _compile(run: train_step.Pretraining) -> list[str]:
-  """Compiles the train step (in a thread: scaffold.in_thread); returns the line saying so, for `_start` to print,
-  so that a run failing while it compiled ends with its error line."""
-  done = []
-  with report.compiling('the train step', done):
-    run.compile()
-  return done
-
-
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
            start: int, compiled):
   """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`,
@@ -192,7 +183,8 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
                                    else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
                                    timer=log.timer)
   # Both compiles end before the progress bar: its rate and ETA exclude them.
-  for line in (compiled or scaffold.in_thread(_compile, run)).result() + evaluator.compiled():
+  compiled = compiled or scaffold.compile_in_thread('the train step', run.compile)
+  for line in [compiled.result()[1], *evaluator.compiled()]:
     report.log(line)
   log.start()
   return rng, evaluator, log

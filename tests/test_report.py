@@ -125,17 +125,13 @@ def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, 
 
 
 def test_compiling_in_a_thread_leaves_its_done_line_to_the_caller(capsys, monkeypatch):
-  """A compile in a thread (trainer, evaluation) hands its done line back, so that an error the run meets meanwhile
-  stays its last line."""
+  """scaffold.compile_in_thread says `compiling...` before its thread starts and hands its done line back: the
+  thread prints nothing, so an error the run meets meanwhile stays its last line."""
   monkeypatch.setattr(report, 'clock', iter([10.0, 12.5]).__next__)
-  done = []
-
-  def compile_in_thread():
-    with report.compiling('the evaluation step', done):
-      pass
-  scaffold.in_thread(compile_in_thread).result()
-  assert done == ['compiled the evaluation step in 2.5 s']
+  future = scaffold.compile_in_thread('the evaluation step', lambda: 'the executable')
   assert capsys.readouterr().err == 'compiling the evaluation step...\n'
+  assert future.result() == ('the executable', 'compiled the evaluation step in 2.5 s')
+  assert capsys.readouterr().err == ''
 
 
 def test_is_chief_reads_jax_without_starting_a_backend():
