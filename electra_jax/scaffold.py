@@ -85,20 +85,11 @@ def _place(x, sharding):
   return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
-def in_thread(fn: Callable, *args) -> concurrent.futures.Future:
-  """`fn(*args)` started in a thread of its own; the Future's `result()` waits for it (and raises what it raised).
-  XLA compiles without holding the GIL, so a compile started this way overlaps what the caller does next (the
-  initial state, another compile): a run's first step comes after the longest of them, not after their sum."""
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-  future = pool.submit(fn, *args)
-  pool.shutdown(wait=False)  # the thread ends with `fn`
-  return future
-
-
 def compile_in_thread(what: str, compile_fn: Callable) -> concurrent.futures.Future:
-  """Says `compiling what...` now and runs `compile_fn()` in a thread (`in_thread`); the Future's result is (what it
+  """Says `compiling what...` now and runs `compile_fn()` in a thread of its own; the Future's result is (what it
   returned, the line saying it compiled in N s), for the caller to print when it waits for it: a run that fails
-  meanwhile ends with its own error line, not with the compile's."""
+  meanwhile ends with its own error line, not with the compile's. XLA compiles without holding the GIL, so the
+  compile overlaps what the caller does next (the initial state, another compile)."""
   report.log(f'compiling {what}...')
 
   def compile_and_say():
@@ -106,7 +97,10 @@ def compile_in_thread(what: str, compile_fn: Callable) -> concurrent.futures.Fut
     with report.compiling(what, done):
       compiled = compile_fn()
     return compiled, done[0]
-  return in_thread(compile_and_say)
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+  future = pool.submit(compile_and_say)
+  pool.shutdown(wait=False)  # the thread ends with the compile
+  return future
 
 
 def threefry_kernels():
