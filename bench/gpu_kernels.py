@@ -7,11 +7,11 @@ no GPU or driver), then counted from the compiled program (electra_jax.kernels).
 
 Prints, for the train step: its trace, lowering and XLA compile seconds; its kernels per step by part of the step
 (masking, sampling, model, dropout, loss, optimizer) and by kind (fusions, cuBLAS GEMMs, cuDNN, Triton, sorts,
-scatters, host transfers); its while loops with their trip counts; the fusions that hold threefry (random bits)
-and cumulative sums; and the same counts for the initialiser. Counts are the compiler's and do not depend on this
-machine; the seconds do (a loaded CPU compiles slower), and a GPU's own compile adds autotuning, which a compile
-without a GPU skips. The levers that are environment variables (JAX_DEFAULT_PRNG_IMPL,
-JAX_THREEFRY_GPU_KERNEL_LOWERING, XLA_FLAGS) apply here as on a GPU.
+scatters, host transfers); the CUDA graphs XLA's runtime would record them in (an estimate); its while loops with
+their trip counts; the fusions that hold threefry (random bits) and cumulative sums; and the same counts for the
+initialiser. Counts are the compiler's and do not depend on this machine; the seconds do (a loaded CPU compiles
+slower), and a GPU's own compile adds autotuning, which a compile without a GPU skips. The levers that are
+environment variables (JAX_DEFAULT_PRNG_IMPL, JAX_THREEFRY_GPU_KERNEL_LOWERING, XLA_FLAGS) apply here as on a GPU.
 """
 
 import collections
@@ -58,7 +58,8 @@ def describe(name: str, compiled, seconds: dict) -> str:
   found = kernels.parse(module)
   lines = [f'{name}: trace {seconds["trace"]:.1f} s, lower {seconds["lower"]:.1f} s, XLA compile '
            f'{seconds["compile"]:.1f} s; {sum(i.count for i in found if i.kind != "while")} kernel launches per '
-           f'call, {len(found)} kernels in the program', kernels.format_counts(found)]
+           f'call, {len(found)} kernels in the program', kernels.format_counts(found),
+           f'  {kernels.graphs(module)} (an ESTIMATE from the compiled text, by XLA\'s default command-buffer rules)']
   gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
   bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
   least = kernels.roofline(module, found, bandwidth, gpu.peak_flops)

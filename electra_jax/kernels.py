@@ -152,6 +152,72 @@ def parse(hlo: str | Module) -> list[Instruction]:
   return out
 
 
+# What XLA:GPU records into a CUDA graph ("command buffer") under its default --xla_gpu_enable_command_buffer
+# (FUSION, CUBLAS, CUBLASLT, CUSTOM_CALL, CUDNN, DYNAMIC_SLICE_FUSION) once the CUDA driver and toolkit are 12.3 or
+# newer: kernels (fusions, Triton GEMMs, sorts), device copies and library calls. A custom call is recorded only when
+# its FFI handler declares itself graph-compatible, which the compiled text does not say: one that is not cuBLAS's or
+# cuDNN's counts here as ending a graph (jax's `cu_threefry2x32_ffi` does; its registration has no traits). While
+# loops and collectives are not in the default kinds.
+_GRAPHED = {'fusion', 'triton', 'cublas', 'cudnn', 'sort', 'copy'}
+_MAX_GRAPHED_ARGUMENTS = 512  # XLA keeps a fusion with more operands and results out of graphs (a CUDA driver bug)
+
+
+@dataclasses.dataclass(frozen=True)
+class Graphs:
+  """How the top level of a compiled GPU program runs: CUDA graphs of consecutive graph-compatible kernels, and the
+  kernels the host launches one by one between them (each of which ends the graph before it)."""
+  sizes: tuple[int, ...]  # kernels in each CUDA graph, in program order
+  alone: int  # kernels launched one by one: the breakers and runs of fewer than `min_size` kernels
+  breakers: collections.Counter  # {(kind, group): count} of the instructions that end graphs
+
+  def __str__(self):
+    ended = ', '.join(f'{kind} x{n} ({group})' for (kind, group), n in self.breakers.most_common())
+    return (f'{len(self.sizes)} CUDA graphs of {sum(self.sizes)} kernels (largest {max(self.sizes, default=0)}), '
+            f'{self.alone} kernels launched alone; ended by: {ended or "nothing"}')
+
+
+def graphs(hlo: str | Module, min_size: int = 5) -> Graphs:
+  """The CUDA graphs XLA:GPU would form from the ENTRY computation of a compiled program (its instructions are in
+  schedule order), by the rules above: consecutive graph-compatible kernels, at least `min_size` of them
+  (--xla_gpu_graph_min_graph_size, 5 by default). A while loop counts as one breaker: its body is launched from the
+  host at every iteration. An estimate of XLA's runtime pass from the compiled text, not a reading of it."""
+  module = read(hlo) if isinstance(hlo, str) else hlo
+  sizes, alone, run, breakers = [], 0, 0, collections.Counter()
+
+  def close():
+    nonlocal run, alone
+    if run >= min_size:
+      sizes.append(run)
+    else:
+      alone += run
+    run = 0
+
+  for line in module.computations.get(module.entry, ('', []))[1]:
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    _, shape, opcode = m.groups()
+    kind = 'while' if opcode == 'while' else _kind(opcode, line)
+    if not kind:
+      continue
+    if opcode in _HOST or 'S(5)' in shape:
+      kind = f'host transfer ({opcode})'
+    if kind in _GRAPHED and (opcode != 'fusion' or _arguments(line, shape) <= _MAX_GRAPHED_ARGUMENTS):
+      run += 1
+      continue
+    close()
+    alone += kind != 'while'
+    breakers[kind.removeprefix('custom-call '), group(_op_name(line))] += 1
+  close()
+  return Graphs(tuple(sizes), alone, breakers)
+
+
+def _arguments(line: str, shape: str) -> int:
+  """A fusion's operands plus its array results."""
+  operands = re.search(r' fusion\((.*?)\), kind=', line)
+  return (operands.group(1).count('%') if operands else 0) + max(1, len(re.findall(r'\[', shape)))
+
+
 def counts(instructions: list[Instruction]) -> dict[str, collections.Counter]:
   """{group: Counter(kind: launches per step)}."""
   table = collections.defaultdict(collections.Counter)

@@ -110,3 +110,32 @@ def test_time_by_group_sums_each_part_of_the_step_costliest_first():
          kernels.Timed('fusion.3', 'optimizer', 4.0, 100), kernels.Timed('copy.4', 'other', 0.25, 0.5)]
   assert kernels.by_group(ops) == {'model': (5.5, 3), 'optimizer': (4.0, 100), 'other': (0.25, 0.5)}
   assert list(kernels.by_group(ops)) == ['model', 'optimizer', 'other']
+
+
+def _graphs_hlo() -> str:
+  """An ENTRY of 6 fusions, a threefry custom call, 2 fusions and a cuBLAS GEMM, a while loop, 5 fusions and a
+  fusion of 600 operands."""
+  def fusion(i, operands='%a', scope='model'):
+    return (f'  %fusion.{i} = f32[4]{{0}} fusion({operands}), kind=kLoop, calls=%fused_add, '
+            f'metadata={{op_name="jit(train_step)/{scope}/add"}}')
+  lines = [fusion(i) for i in range(6)]
+  lines.append('  %threefry.1 = u32[4]{0} custom-call(%a), custom_call_target="cu_threefry2x32_ffi", '
+               'metadata={op_name="jit(train_step)/masking/threefry2x32"}')
+  lines += [fusion(i) for i in (6, 7)]
+  lines.append('  %gemm.1 = (f32[4,4]{1,0}, s8[0]{0}) custom-call(%a, %a), custom_call_target="__cublas$gemm"')
+  lines.append('  %while.1 = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body, '
+               'metadata={op_name="jit(train_step)/masking/while"}')
+  lines += [fusion(i) for i in range(8, 13)]
+  lines.append(fusion(13, ', '.join(['%a'] * 600), 'optimizer'))
+  return HLO.split('ENTRY')[0] + 'ENTRY %main (a: f32[4]) -> f32[4] {\n' + '\n'.join(lines) + '\n}\n'
+
+
+def test_graphs_are_runs_of_graph_compatible_kernels_ended_by_the_rest():
+  got = kernels.graphs(_graphs_hlo())
+  # 6 fusions: a graph; the threefry call ends it and runs alone; 2 fusions and the GEMM (3 < 5 kernels) run alone,
+  # ended by the loop (whose body the host launches); 5 fusions: a graph, ended by the fusion of 601 arguments.
+  assert got.sizes == (6, 5)
+  assert got.alone == 1 + 3 + 1
+  assert got.breakers == {('cu_threefry2x32_ffi', 'masking'): 1, ('while', 'masking'): 1, ('fusion', 'optimizer'): 1}
+  assert str(got).startswith('2 CUDA graphs of 11 kernels (largest 6), 5 kernels launched alone; ended by: ')
+  assert kernels.graphs(_graphs_hlo(), min_size=7).sizes == ()
