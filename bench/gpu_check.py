@@ -216,6 +216,8 @@ class Check:
             f'{result["tokens_per_second"]:,.0f} tokens/s, MFU '
             f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
+    if 'graphs' in result:
+      text += f'; {result["graphs"]} CUDA graphs and {result["alone"]} kernels launched alone (estimated)'
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')

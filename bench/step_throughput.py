@@ -132,7 +132,21 @@ def time_jax(c, batch, t0: float) -> dict:
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
           'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)),
           'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
-          'loss': float(metrics['loss'][0]), **profile}
+          'loss': float(metrics['loss'][0]), **cuda_graphs(executable), **profile}
+
+
+def cuda_graphs(executable) -> dict:
+  """On a GPU with XLA's default command buffers: {'graphs': N, 'alone': M}, the CUDA graphs the step would run in
+  and the kernels launched alone between them (kernels.graphs: an estimate from the compiled text); else {}."""
+  if jax.devices()[0].platform != 'gpu' or 'xla_gpu_enable_command_buffer' in os.environ.get('XLA_FLAGS', ''):
+    return {}
+  try:
+    graphs = kernels.graphs(executable.as_text())
+  except Exception as e:  # pylint: disable=broad-except  (an executable read from the cache without its text)
+    print(f'CUDA graphs: not estimated: {type(e).__name__}: {str(e)[:200]}', flush=True)
+    return {}
+  print(f'CUDA graphs (an estimate from the compiled text): {graphs}', flush=True)
+  return {'graphs': len(graphs.sizes), 'alone': graphs.alone}
 
 
 def time_torch(steps: int) -> tuple[str, dict | None]:
