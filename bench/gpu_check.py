@@ -9,7 +9,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
              --vs_torch);
   quickstart the README's GPU quickstart for 600 steps from empty caches: a checkpoint and the summary;
   resume     the same command again, its last checkpoint (600) removed: it resumes at 500 with JAX's compile cache
-             warm (the same compiled step): seconds from launch to its first step;
+             warm (the same compiled step): seconds from launch to its first step, and to each of its lines
+             (the train step's compile, the restore): where those seconds went;
   loop       the quickstart's training loop again, its parts timed on the host (bench/loop_overhead.py --real: the
              batch, putting it on the GPU, calling the step, waiting for the step before, logging);
   compile    the Small step compiled alone from an empty compile cache (the first step's largest part), with XLA's
@@ -326,21 +327,27 @@ class Check:
       return
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(last)))
     steps = last - (10 if self.tiny else 100)  # where it resumes from
-    start, first = time.monotonic(), []
+    start, first, printed = time.monotonic(), [], {}  # printed: {line: seconds after launch it first showed}
+    log = os.path.join(self.logs, 'resume.log')
 
     def poll():
       if not first and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
         first.append(time.monotonic() - start)
+      if os.path.exists(log):
+        with open(log, encoding='utf-8', errors='replace') as f:
+          for line in f.read().replace('\r', '\n').splitlines()[1:]:  # after the command's own line
+            printed.setdefault(line.strip(), time.monotonic() - start)
 
     status, output, seconds = self.command('resume', self.quickstart_argv() + ['--config.log_every=1'], 180,
                                            {'ELECTRA_JAX_CACHE': self.cache}, poll)
     if status == 'ok' and not first:
       status = 'FAILED (no new step)'
-    stages = '; '.join(line.strip() for line in output.replace('\r', '\n').splitlines()
-                       if re.search(r' in [0-9.]+ s$|^resuming', line.strip()))
+    # Where the seconds before the first step went: when each of the run's lines showed (polled every 20 ms).
+    stages = '; '.join(f'{line} (at {t:.1f} s)' for line, t in printed.items()
+                       if re.search(r' in [0-9.]+ s\b|^resuming|^compiling|^devices:', line))
     self.row('resume', status, seconds,
              f'first step {first[0]:.1f} s after launch (compile cache warm); {stages}' if first else stages,
-             {'first_step_seconds': first[0] if first else None})
+             {'first_step_seconds': first[0] if first else None, 'printed_at': printed})
 
   def loop(self):
     """The quickstart's run again in a new workdir, its loop's parts timed (bench/loop_overhead.py; --tiny: with a

@@ -66,6 +66,9 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert all(r['status'] == 'ok' for r in rows), rows
   assert rows[1]['tokens_per_second'] > 0 and rows[1]['torch_step_seconds'] > 0
   assert rows[2]['checkpoint'] and rows[3]['first_step_seconds'] > 0
+  printed = rows[3]['printed_at']  # when the resumed run printed each line, in seconds from its launch
+  assert 0 < printed['compiling the train step...'] < rows[3]['first_step_seconds'], printed
+  assert '(at ' in rows[3]['result']
   assert re.match(r'the loop: [0-9.]+ ms per step on the host over 19 steps \(batch [0-9.]+ ms', rows[4]['result'])
   assert all(r['compile_seconds'] > 0 and 'step compiled in ' in r['result'] for r in rows[5:8])
   assert set(rows[9]['compile']) == {profiled, 'prng=rbg'}  # each lever's step compiled beside the other
