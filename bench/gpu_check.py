@@ -53,6 +53,8 @@ EINSUM = ['--config.model.attention=einsum']  # on a GPU: the paper's attention 
 UNIFORM = ['--config.model.dropout_draw=uniform']  # threefry masks, row by row (config.DROPOUT_DRAWS)
 BASELINE = 'none (the plain GPU defaults)'
 NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA graphs) off
+LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL'  # XLA's defaults and loops (CUDA 12.3+)
+SCAN = ['--config.model.scan_layers=true']
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
@@ -64,6 +66,10 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # jax's threefry CUDA kernel is a custom call XLA records in no command buffer: each one ends a CUDA graph. The
     # step keeps 8 (masking, sampling); inline, it has none.
     'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
+    # One layer's body compiled for the twelve: XLA:GPU compiles Small's step in a third of the time (for an H100
+    # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
+    # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
+    'scan_layers, loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -97,19 +103,20 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'command buffers for every kind': ({'XLA_FLAGS': '--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,'
                                                      'CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1'}, []),
     # Compile time (the first step's): one layer's body compiled for all twelve.
-    'scan_layers': ({}, ['--config.model.scan_layers=true']),
+    'scan_layers': ({}, SCAN),
     # Four times the tokens per step: a step that takes about as long is bound by its launches, not its work.
     'batch 512 x 128': ({}, ['--batch=512']),
     'Base: dropout_draw=uniform': ({}, UNIFORM),
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
-# Levers of the compile alone (stage `compile`): LLVM's code generation split over the host's cores (one module by
-# default), and no GEMM autotuning.
+# Levers of the compile alone (stage `compile`; name: (environment, extra flags)): one layer's body compiled for
+# all, LLVM's code generation split over the host's cores (one module by default), no GEMM autotuning.
 COMPILE_LEVERS = {
-    'XLA defaults': {},
-    'parallel LLVM compile': {'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
-                                           '--xla_gpu_force_compilation_parallelism=16'},
-    'autotune off': {'XLA_FLAGS': '--xla_gpu_autotune_level=0'},
+    'XLA defaults': ({}, []),
+    'scan_layers': ({}, SCAN),
+    'parallel LLVM compile': ({'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
+                                            '--xla_gpu_force_compilation_parallelism=16'}, []),
+    'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
 }
 PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
@@ -363,10 +370,10 @@ class Check:
     """The Small step compiled alone, one process after another, without a compile cache (step_throughput
     --compile_only): its XLA compile seconds under each of COMPILE_LEVERS, and the initialiser's."""
     shape = ('configs/tiny.py', 8, 32, 2) if self.tiny else ('configs/small.py', 128, 128, 30)
-    for name, env in COMPILE_LEVERS.items():
+    for name, (env, extra) in COMPILE_LEVERS.items():
       if not self.room(f'compile: {name}', 20 if self.tiny else 90):
         continue
-      argv = self.throughput_argv(*shape, torch=False) + ['--compile_only']
+      argv = self.throughput_argv(*shape, extra, torch=False) + ['--compile_only']
       status, output, seconds = self.command(f'compile: {name}', argv, 240, self.lever_env(env))
       result = _result(output)
       text = (f'step compiled in {result["compile_seconds"]:.1f} s, initialiser {result["init_seconds"]:.1f} s'

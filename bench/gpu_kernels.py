@@ -60,6 +60,8 @@ def describe(name: str, compiled, seconds: dict) -> str:
            f'{seconds["compile"]:.1f} s; {sum(i.count for i in found if i.kind != "while")} kernel launches per '
            f'call, {len(found)} kernels in the program', kernels.format_counts(found),
            f'  {kernels.graphs(module)} (an ESTIMATE from the compiled text, by XLA\'s default command-buffer rules)']
+  if any(i.kind == 'while' for i in found):
+    lines.append(f'  loops recorded too (--xla_gpu_enable_command_buffer=+WHILE): {kernels.graphs(module, loops=True)}')
   gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
   bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
   least = kernels.roofline(module, found, bandwidth, gpu.peak_flops)

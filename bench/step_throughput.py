@@ -136,12 +136,13 @@ def time_jax(c, batch, t0: float) -> dict:
 
 
 def cuda_graphs(executable) -> dict:
-  """On a GPU with XLA's default command buffers: {'graphs': N, 'alone': M}, the CUDA graphs the step would run in
+  """On a GPU with XLA's command buffers on: {'graphs': N, 'alone': M}, the CUDA graphs the step would run in
   and the kernels launched alone between them (kernels.graphs: an estimate from the compiled text); else {}."""
-  if jax.devices()[0].platform != 'gpu' or 'xla_gpu_enable_command_buffer' in os.environ.get('XLA_FLAGS', ''):
+  settings = kernels.graph_settings(os.environ.get('XLA_FLAGS', ''))
+  if jax.devices()[0].platform != 'gpu' or settings is None:
     return {}
   try:
-    graphs = kernels.graphs(executable.as_text())
+    graphs = kernels.graphs(executable.as_text(), **settings)
   except Exception as e:  # pylint: disable=broad-except  (an executable read from the cache without its text)
     print(f'CUDA graphs: not estimated: {type(e).__name__}: {str(e)[:200]}', flush=True)
     return {}

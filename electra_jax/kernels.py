@@ -157,30 +157,32 @@ def parse(hlo: str | Module) -> list[Instruction]:
 # newer: kernels (fusions, Triton GEMMs, sorts), device copies and library calls. A custom call is recorded only when
 # its FFI handler declares itself graph-compatible, which the compiled text does not say: one that is not cuBLAS's or
 # cuDNN's counts here as ending a graph (jax's `cu_threefry2x32_ffi` does; its registration has no traits). While
-# loops and collectives are not in the default kinds.
+# loops and collectives are not in the default kinds; with WHILE added (`--xla_gpu_enable_command_buffer=+WHILE`), a
+# loop whose condition and body hold only graph-compatible instructions is recorded too, as one command.
 _GRAPHED = {'fusion', 'triton', 'cublas', 'cudnn', 'sort', 'copy'}
 _MAX_GRAPHED_ARGUMENTS = 512  # XLA keeps a fusion with more operands and results out of graphs (a CUDA driver bug)
 
 
 @dataclasses.dataclass(frozen=True)
 class Graphs:
-  """How the top level of a compiled GPU program runs: CUDA graphs of consecutive graph-compatible kernels, and the
+  """How the top level of a compiled GPU program runs: CUDA graphs of consecutive graph-compatible commands, and the
   kernels the host launches one by one between them (each of which ends the graph before it)."""
-  sizes: tuple[int, ...]  # kernels in each CUDA graph, in program order
-  alone: int  # kernels launched one by one: the breakers and runs of fewer than `min_size` kernels
+  sizes: tuple[int, ...]  # commands in each CUDA graph, in program order (a loop recorded whole is one)
+  alone: int  # kernels launched one by one: the breakers and runs of fewer than `min_size` commands
   breakers: collections.Counter  # {(kind, group): count} of the instructions that end graphs
 
   def __str__(self):
     ended = ', '.join(f'{kind} x{n} ({group})' for (kind, group), n in self.breakers.most_common())
-    return (f'{len(self.sizes)} CUDA graphs of {sum(self.sizes)} kernels (largest {max(self.sizes, default=0)}), '
+    return (f'{len(self.sizes)} CUDA graphs of {sum(self.sizes)} commands (largest {max(self.sizes, default=0)}), '
             f'{self.alone} kernels launched alone; ended by: {ended or "nothing"}')
 
 
-def graphs(hlo: str | Module, min_size: int = 5) -> Graphs:
+def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False) -> Graphs:
   """The CUDA graphs XLA:GPU would form from the ENTRY computation of a compiled program (its instructions are in
-  schedule order), by the rules above: consecutive graph-compatible kernels, at least `min_size` of them
-  (--xla_gpu_graph_min_graph_size, 5 by default). A while loop counts as one breaker: its body is launched from the
-  host at every iteration. An estimate of XLA's runtime pass from the compiled text, not a reading of it."""
+  schedule order), by the rules above: consecutive graph-compatible commands, at least `min_size` of them
+  (--xla_gpu_graph_min_graph_size, 5 by default). A while loop is one command with `loops` (WHILE enabled) if all
+  it runs is graph-compatible; otherwise it ends the graph before it and its body is launched from the host at
+  every iteration. An estimate of XLA's runtime pass from the compiled text, not a reading of it."""
   module = read(hlo) if isinstance(hlo, str) else hlo
   sizes, alone, run, breakers = [], 0, 0, collections.Counter()
 
@@ -193,16 +195,10 @@ def graphs(hlo: str | Module, min_size: int = 5) -> Graphs:
     run = 0
 
   for line in module.computations.get(module.entry, ('', []))[1]:
-    m = _INSTRUCTION.match(line)
-    if not m:
+    kind = _graph_kind(module, line, loops)
+    if kind is None:
       continue
-    _, shape, opcode = m.groups()
-    kind = 'while' if opcode == 'while' else _kind(opcode, line)
-    if not kind:
-      continue
-    if opcode in _HOST or 'S(5)' in shape:
-      kind = f'host transfer ({opcode})'
-    if kind in _GRAPHED and (opcode != 'fusion' or _arguments(line, shape) <= _MAX_GRAPHED_ARGUMENTS):
+    if kind == '':
       run += 1
       continue
     close()
@@ -210,6 +206,40 @@ def graphs(hlo: str | Module, min_size: int = 5) -> Graphs:
     breakers[kind.removeprefix('custom-call '), group(_op_name(line))] += 1
   close()
   return Graphs(tuple(sizes), alone, breakers)
+
+
+def graph_settings(xla_flags: str) -> dict | None:
+  """`graphs`' keyword arguments for the XLA_FLAGS `xla_flags` (None: command buffers off): WHILE among the
+  command kinds of --xla_gpu_enable_command_buffer (a list, or +/- changes to the defaults), the
+  --xla_gpu_graph_min_graph_size."""
+  kinds = re.search(r'--xla_gpu_enable_command_buffer=(\S*)', xla_flags)
+  if kinds and not kinds.group(1):
+    return None
+  size = re.search(r'--xla_gpu_graph_min_graph_size=(\d+)', xla_flags)
+  loops = bool(kinds) and any(k.lstrip('+') == 'WHILE' for k in kinds.group(1).split(','))
+  return {'loops': loops, 'min_size': int(size.group(1)) if size else 5}
+
+
+def _graph_kind(module: Module, line: str, loops: bool, seen: tuple = ()) -> str | None:
+  """None for an instruction that runs nothing, '' for one a CUDA graph can hold, else what it launches."""
+  m = _INSTRUCTION.match(line)
+  if not m:
+    return None
+  _, shape, opcode = m.groups()
+  if opcode == 'while':
+    called = [c for key in ('condition', 'body') for c in re.findall(rf'{key}=%?([\w.\-]+)', line)]
+    held = loops and all(c not in seen and all(_graph_kind(module, inner, loops, seen + (c,)) in (None, '')
+                                               for inner in module.computations.get(c, ('', []))[1])
+                         for c in called)
+    return '' if held else 'while'
+  kind = _kind(opcode, line)
+  if not kind:
+    return None
+  if opcode in _HOST or 'S(5)' in shape:
+    return f'host transfer ({opcode})'
+  if kind in _GRAPHED and (opcode != 'fusion' or _arguments(line, shape) <= _MAX_GRAPHED_ARGUMENTS):
+    return ''
+  return kind
 
 
 def _arguments(line: str, shape: str) -> int:

@@ -137,5 +137,24 @@ def test_graphs_are_runs_of_graph_compatible_kernels_ended_by_the_rest():
   assert got.sizes == (6, 5)
   assert got.alone == 1 + 3 + 1
   assert got.breakers == {('cu_threefry2x32_ffi', 'masking'): 1, ('while', 'masking'): 1, ('fusion', 'optimizer'): 1}
-  assert str(got).startswith('2 CUDA graphs of 11 kernels (largest 6), 5 kernels launched alone; ended by: ')
+  assert str(got).startswith('2 CUDA graphs of 11 commands (largest 6), 5 kernels launched alone; ended by: ')
   assert kernels.graphs(_graphs_hlo(), min_size=7).sizes == ()
+  # With loops recorded (WHILE): the loop, whose body is one fusion, joins the 2 fusions, the GEMM and the 5 fusions.
+  looped = kernels.graphs(_graphs_hlo(), loops=True)
+  assert looped.sizes == (6, 3 + 1 + 5) and looped.alone == 2
+  assert looped.breakers == {('cu_threefry2x32_ffi', 'masking'): 1, ('fusion', 'optimizer'): 1}
+  threefry_in_the_loop = _graphs_hlo().replace('fusion(%x), kind=kLoop, calls=%fused_add',
+                                               'custom-call(%x), custom_call_target="cu_threefry2x32_ffi"')
+  assert kernels.graphs(threefry_in_the_loop, loops=True).sizes == (6, 5)
+
+
+@pytest.mark.parametrize('xla_flags, expected', [
+    ('', {'loops': False, 'min_size': 5}),
+    ('--xla_gpu_enable_command_buffer=', None),
+    ('--xla_gpu_autotune_level=0 --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL', {'loops': True, 'min_size': 5}),
+    ('--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUDNN --xla_gpu_graph_min_graph_size=1',
+     {'loops': False, 'min_size': 1}),
+    ('--xla_gpu_enable_command_buffer=-WHILE', {'loops': False, 'min_size': 5}),
+])
+def test_graph_settings_from_xla_flags(xla_flags, expected):
+  assert kernels.graph_settings(xla_flags) == expected
