@@ -69,7 +69,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # One layer's body compiled for the twelve: XLA:GPU compiles Small's step in a third of the time (for an H100
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
-    'scan_layers, loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
+    'scan_layers with loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
