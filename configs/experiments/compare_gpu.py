@@ -32,7 +32,7 @@ tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes bu
 | electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated |
 |---|---:|---:|---:|
 | 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | ~45 min: does not fit |
-| 406 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 5.9 min | 11.7 min | ~20 min: three calls |
+| 566 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 4.2 min | 8.4 min | ~16 min: two calls |
 | 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | ~10 min: two calls |
 | 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~8 min: fits 9 |
 
