@@ -56,40 +56,34 @@ def log(message: str):
 
 
 @contextlib.contextmanager
-def stage(doing: str, done: str = 'done', later: list | None = None):
-  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why. With
-  `later` (a block run in a thread: scaffold.compile_in_thread) it prints neither: the caller said `doing...` before
-  the thread started, and prints the done line, appended to `later`, when it waits for it."""
-  if later is None:
-    log(f'{doing}...')
+def stage(doing: str, done: str = 'done'):
+  """Prints `doing...` before the block and `done in N s` after it (process 0), so a slow start says why."""
+  log(f'{doing}...')
   start = clock()
-  note = []  # the block may add words to the done line
-  yield note
-  line = f'{done} in {clock() - start:.1f} s{"".join(note)}'
-  if later is None:
-    log(line)
-  else:
-    later.append(line)
+  yield
+  log(f'{done} in {clock() - start:.1f} s')
 
 
 CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
 
 
 @contextlib.contextmanager
-def compiling(what: str, later: list | None = None):
-  """Prints `compiling what...` and then `compiled what in N s` (with `later`: see `stage`), saying when the program
-  came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler. Compiles may run
-  in threads side by side (scaffold.compile_in_thread): each counts the cache hits of its own thread."""
-  hits, thread = [], threading.get_ident()
+def compiling(what: str):
+  """Times a compile of `what` (the block) and yields a list that, after the block, holds the line saying
+  `compiled what in N s`, and whether the program came from the persistent compilation cache
+  (electra_jax.compile_cache) rather than the compiler. Prints nothing: compiles run in threads
+  (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts only the cache hits of
+  its own thread, so that compiles side by side do not see each other's."""
+  hits, thread, done = [], threading.get_ident(), []
   listener = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None
   jax.monitoring.register_event_listener(listener)
+  start = clock()
   try:
-    with stage(f'compiling {what}', done=f'compiled {what}', later=later) as note:
-      yield
-      note.append(' (from the compilation cache)' if hits else '')
+    yield done
   finally:
     jax.monitoring.unregister_event_listener(listener)
+  done.append(f'compiled {what} in {clock() - start:.1f} s{" (from the compilation cache)" if hits else ""}')
 
 
 def _duration(seconds: float) -> str:

@@ -93,8 +93,7 @@ def compile_in_thread(what: str, compile_fn: Callable) -> concurrent.futures.Fut
   report.log(f'compiling {what}...')
 
   def compile_and_say():
-    done = []
-    with report.compiling(what, done):
+    with report.compiling(what) as done:
       compiled = compile_fn()
     return compiled, done[0]
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
