@@ -388,21 +388,65 @@ def _shape_bytes(text: str) -> tuple[int, list[tuple[str, list[int]]]]:
 def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: float,
              peak_flops: float) -> dict[str, float]:
   """{instruction: seconds} that each kernel needs at least: the bytes it reads and writes at the memory's
-  `bandwidth`, or its matmul FLOPs at `peak_flops`, whichever is more (a lower bound, not a prediction)."""
+  `bandwidth`, or its matmul FLOPs at `peak_flops`, whichever is more (a lower bound, not a prediction). A fusion
+  that only slices an operand (a scanned layer's weights, its saved activations) reads the slices, and one that
+  updates a slice in place writes the update, not the whole array."""
   module = read(hlo) if isinstance(hlo, str) else hlo
   out = {}
   for i in instructions:
+    if i.kind == 'while':  # its body's kernels are timed on their own
+      continue
     line = module.lines.get(i.name, '')
     args = re.search(r' [a-z][\w\-]*\((.*?)\)(?:, |$)', line)
     operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
-    moved = sum(_shape_bytes(module.shapes.get(n, ''))[0] for n in [i.name, *operands])
-    flops = 0.0
     body = module.fused(i.name)
+    sliced = _sliced_bytes(body) if body else {}
+    moved = sum(sliced.get(k, _shape_bytes(module.shapes.get(n, ''))[0])
+                for k, n in enumerate([i.name, *operands], start=-1))
+    flops = 0.0
     if ' dot(' in body:
       flops = _dot_flops(body)
     elif i.kind == 'cublas' or i.opcode == 'dot':
       flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {module.shapes.get(o, "")} x()' for o in operands))
     out[i.name] = max(moved / bandwidth, flops / peak_flops)
+  return out
+
+
+def _sliced_bytes(body: str) -> dict[int, int]:
+  """{operand index (-1: the result): bytes it moves} for what a fused computation's text touches only in part:
+  a parameter read only by dynamic-slices (their results' bytes), one updated in place by a dynamic-update-slice
+  (nothing read), a result (or a result's tuple element) that is a dynamic-update-slice (its update's bytes)."""
+  defs, params, uses, root = {}, {}, collections.defaultdict(list), ''
+  for line in body.splitlines()[1:]:
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    name, shape, opcode = m.groups()
+    if opcode == 'parameter':
+      params[name] = int(re.search(r'parameter\((\d+)\)', line).group(1))
+    args = re.search(rf' {re.escape(opcode)}\((.*?)\)(?:, |$)', line)
+    operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
+    defs[name] = (opcode, operands, shape)
+    for position, operand in enumerate(operands):
+      uses[operand].append((opcode, position, shape))
+    if line.lstrip().startswith('ROOT'):
+      root = name
+  out = {}
+  for name, index in params.items():
+    if uses[name] and all(op == 'dynamic-slice' and pos == 0 for op, pos, _ in uses[name]):
+      out[index] = sum(_shape_bytes(shape)[0] for _, _, shape in uses[name])
+    elif uses[name] and all(op == 'dynamic-update-slice' and pos == 0 for op, pos, _ in uses[name]):
+      out[index] = 0
+
+  def written(name: str) -> tuple[int, bool]:  # (bytes, whether only a slice of it)
+    opcode, operands, shape = defs.get(name, ('', [], ''))
+    if opcode == 'dynamic-update-slice':
+      return _shape_bytes(defs.get(operands[1], ('', [], ''))[2])[0], True
+    return _shape_bytes(shape)[0], False
+
+  parts = [written(o) for o in defs[root][1]] if root and defs[root][0] == 'tuple' else [written(root)]
+  if any(partial for _, partial in parts):
+    out[-1] = sum(n for n, _ in parts)
   return out
 
 

@@ -105,6 +105,37 @@ def test_roofline_by_hand(bandwidth, peak_flops, seconds):
   assert kernels.roofline(DOT_HLO, kernels.parse(DOT_HLO), bandwidth, peak_flops) == {'gemm_fusion.1': seconds}
 
 
+SCAN_HLO = """HloModule m, entry_computation_layout={()->()}
+
+%fused_scan (p0: f32[12,4], p1: s32[], p2: f32[12,4], p3: f32[1,4]) -> f32[12,4] {
+  %p0 = f32[12,4]{1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %ds = f32[1,4]{1,0} dynamic-slice(%p0, %p1, %zero), dynamic_slice_sizes={1,4}
+  %p3 = f32[1,4]{1,0} parameter(3)
+  %add = f32[1,4]{1,0} add(%ds, %p3)
+  %p2 = f32[12,4]{1,0} parameter(2)
+  ROOT %dus = f32[12,4]{1,0} dynamic-update-slice(%p2, %add, %p1, %zero)
+}
+
+ENTRY %main (a: f32[12,4], i: s32[], b: f32[12,4], c: f32[1,4]) -> f32[12,4] {
+  %a = f32[12,4]{1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %b = f32[12,4]{1,0} parameter(2)
+  %c = f32[1,4]{1,0} parameter(3)
+  ROOT %loop_dynamic_update_slice_fusion.1 = f32[12,4]{1,0} fusion(%a, %i, %b, %c), kind=kLoop, calls=%fused_scan
+}
+"""
+
+
+def test_roofline_counts_the_slices_a_scanned_layer_reads_and_writes():
+  """A layer of a scan reads its row of the stacked weights (dynamic-slice) and writes its row of the stacked
+  results in place (dynamic-update-slice): 16 bytes read of the 192-byte stack, the index 4, the 16-byte addend,
+  the 16-byte row written, the stack it is written into not read: 52 bytes, not the 596 of the whole arrays."""
+  found = kernels.parse(SCAN_HLO)
+  assert kernels.roofline(SCAN_HLO, found, 52.0, 1e12) == {'loop_dynamic_update_slice_fusion.1': 1.0}
+
+
 def test_time_by_group_sums_each_part_of_the_step_costliest_first():
   ops = [kernels.Timed('fusion.1', 'model', 2.0, 1), kernels.Timed('gemm.2', 'model', 3.5, 2),
          kernels.Timed('fusion.3', 'optimizer', 4.0, 100), kernels.Timed('copy.4', 'other', 0.25, 0.5)]
