@@ -113,6 +113,7 @@ class Report:
   fused_attention: int = 0  # cuDNN fused-attention custom calls in the compiled program (GPU)
   collectives: str = ''  # the cross-device ops in the compiled program, e.g. 'all-reduce x12'
   kernels: str = ''  # what the compiled program launches per step (electra_jax.kernels.summary)
+  graphs: str = ''  # on a GPU, the CUDA graphs it would run in (electra_jax.kernels.graphs: an estimate)
 
 
 def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: float, loop: str = '') -> Report:
@@ -142,7 +143,7 @@ def compile_report(name: str, lower, *, devices: int, tokens: int, model_flops: 
                 temp_bytes=memory.temp_size_in_bytes, peak_bytes=peak,
                 compiled_flops=float(cost.get('flops', 0.0)), estimated_seconds=float(cost.get('optimal_seconds', 0.0)),
                 loop=loop, fused_attention=text.count('"__cudnn$fmha'), collectives=collectives(text),
-                kernels=kernels.summary(kernels.parse(text)))
+                kernels=kernels.summary(kernels.parse(text)), graphs=str(kernels.graphs(text)))
 
 
 def collectives(hlo: str) -> str:
@@ -274,6 +275,7 @@ def format_report(r: Report, hw: Chip) -> str:
     return '\n'.join(lines + [
         f'  attention: {f"cuDNN fused attention ({r.fused_attention} calls)" if r.fused_attention else "not fused"}',
         f'  kernels: {r.kernels} (bench/gpu_kernels.py: the table)',
+        f'  CUDA graphs: {r.graphs} (an estimate by XLA\'s default command-buffer rules: electra_jax.kernels.graphs)',
         f'  FLOPs per step: model {r.model_flops:.3e} (electra_jax.flops, matmuls x 3); XLA:GPU has no cost '
         'analysis, so no compiled FLOPs and NO step-time estimate (measure on a GPU: bench/step_throughput.py)',
         f'  fits means within the {usable_bytes(hw) / GIB:.1f} GiB JAX\'s allocator takes '

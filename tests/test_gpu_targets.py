@@ -71,9 +71,10 @@ def test_a_gpu_step_fits_in_what_jax_preallocates_not_in_the_whole_hbm(monkeypat
   79.1 does not fit in the default 59.3 GiB, and fits at 0.95 (75.1 GiB). XLA:GPU has no cost analysis."""
   h100 = gpu_targets.GPUS['h100']
   report = aot.Report('pre-training', 8, 256 * 512, 1e14, 60.0, argument_bytes=GIB, temp_bytes=64 * GIB,
-                      peak_bytes=65 * GIB, collectives='all-reduce x13')
+                      peak_bytes=65 * GIB, collectives='all-reduce x13', graphs='14 CUDA graphs of 2100 commands')
   monkeypatch.delenv('XLA_PYTHON_CLIENT_MEM_FRACTION', raising=False)
   text = aot.format_report(report, h100)
   assert 'DOES NOT FIT' in text and 'NO step-time estimate' in text and 'not fused' in text
+  assert '  CUDA graphs: 14 CUDA graphs of 2100 commands (an estimate' in text
   monkeypatch.setenv('XLA_PYTHON_CLIENT_MEM_FRACTION', '.95')
   assert 'DOES NOT FIT' not in aot.format_report(report, h100)
