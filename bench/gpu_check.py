@@ -53,7 +53,9 @@ EINSUM = ['--config.model.attention=einsum']  # on a GPU: the paper's attention 
 UNIFORM = ['--config.model.dropout_draw=uniform']  # threefry masks, row by row (config.DROPOUT_DRAWS)
 BASELINE = 'none (the plain GPU defaults)'
 NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA graphs) off
-LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL'  # XLA's defaults and loops (CUDA 12.3+)
+# XLA's default command buffers and loops (CUDA 12.3+), unrolled into the graph: a scan's body slices the stacked
+# layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
+LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step

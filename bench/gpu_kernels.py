@@ -61,7 +61,8 @@ def describe(name: str, compiled, seconds: dict) -> str:
            f'call, {len(found)} kernels in the program', kernels.format_counts(found),
            f'  {kernels.graphs(module)} (an ESTIMATE from the compiled text, by XLA\'s default command-buffer rules)']
   if any(i.kind == 'while' for i in found):
-    lines.append(f'  loops recorded too (--xla_gpu_enable_command_buffer=+WHILE): {kernels.graphs(module, loops=True)}')
+    lines.append('  loops recorded too (+WHILE, --xla_gpu_command_buffer_unroll_loops=true): '
+                 f'{kernels.graphs(module, loops=True, unroll=True)}')
   gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
   bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
   least = kernels.roofline(module, found, bandwidth, gpu.peak_flops)

@@ -158,7 +158,9 @@ def parse(hlo: str | Module) -> list[Instruction]:
 # its FFI handler declares itself graph-compatible, which the compiled text does not say: one that is not cuBLAS's or
 # cuDNN's counts here as ending a graph (jax's `cu_threefry2x32_ffi` does; its registration has no traits). While
 # loops and collectives are not in the default kinds; with WHILE added (`--xla_gpu_enable_command_buffer=+WHILE`), a
-# loop whose condition and body hold only graph-compatible instructions is recorded too, as one command.
+# loop whose condition and body hold only graph-compatible instructions is recorded too, as one command, unless its
+# body slices arrays at the iteration's index in a dynamic-slice fusion (a scan's layers do), which XLA records only
+# when it may unroll the loop into the graph (`--xla_gpu_command_buffer_unroll_loops=true`).
 _GRAPHED = {'fusion', 'triton', 'cublas', 'cudnn', 'sort', 'copy'}
 _MAX_GRAPHED_ARGUMENTS = 512  # XLA keeps a fusion with more operands and results out of graphs (a CUDA driver bug)
 
@@ -177,12 +179,13 @@ class Graphs:
             f'{self.alone} kernels launched alone; ended by: {ended or "nothing"}')
 
 
-def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False) -> Graphs:
+def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False, unroll: bool = False) -> Graphs:
   """The CUDA graphs XLA:GPU would form from the ENTRY computation of a compiled program (its instructions are in
   schedule order), by the rules above: consecutive graph-compatible commands, at least `min_size` of them
   (--xla_gpu_graph_min_graph_size, 5 by default). A while loop is one command with `loops` (WHILE enabled) if all
-  it runs is graph-compatible; otherwise it ends the graph before it and its body is launched from the host at
-  every iteration. An estimate of XLA's runtime pass from the compiled text, not a reading of it."""
+  it runs is graph-compatible (and, if it slices at its index, with `unroll`); otherwise it ends the graph before it
+  and its body is launched from the host at every iteration. An estimate of XLA's runtime pass from the compiled
+  text, not a reading of it."""
   module = read(hlo) if isinstance(hlo, str) else hlo
   sizes, alone, run, breakers = [], 0, 0, collections.Counter()
 
@@ -195,7 +198,7 @@ def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False) -> Graphs:
     run = 0
 
   for line in module.computations.get(module.entry, ('', []))[1]:
-    kind = _graph_kind(module, line, loops)
+    kind = _graph_kind(module, line, loops, unroll)
     if kind is None:
       continue
     if kind == '':
@@ -211,16 +214,17 @@ def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False) -> Graphs:
 def graph_settings(xla_flags: str) -> dict | None:
   """`graphs`' keyword arguments for the XLA_FLAGS `xla_flags` (None: command buffers off): WHILE among the
   command kinds of --xla_gpu_enable_command_buffer (a list, or +/- changes to the defaults), the
-  --xla_gpu_graph_min_graph_size."""
+  --xla_gpu_graph_min_graph_size, --xla_gpu_command_buffer_unroll_loops."""
   kinds = re.search(r'--xla_gpu_enable_command_buffer=(\S*)', xla_flags)
   if kinds and not kinds.group(1):
     return None
   size = re.search(r'--xla_gpu_graph_min_graph_size=(\d+)', xla_flags)
   loops = bool(kinds) and any(k.lstrip('+') == 'WHILE' for k in kinds.group(1).split(','))
-  return {'loops': loops, 'min_size': int(size.group(1)) if size else 5}
+  unroll = bool(re.search(r'--xla_gpu_command_buffer_unroll_loops=(true|1)\b', xla_flags))
+  return {'loops': loops, 'min_size': int(size.group(1)) if size else 5, 'unroll': unroll}
 
 
-def _graph_kind(module: Module, line: str, loops: bool, seen: tuple = ()) -> str | None:
+def _graph_kind(module: Module, line: str, loops: bool, unroll: bool, seen: tuple = ()) -> str | None:
   """None for an instruction that runs nothing, '' for one a CUDA graph can hold, else what it launches."""
   m = _INSTRUCTION.match(line)
   if not m:
@@ -228,9 +232,10 @@ def _graph_kind(module: Module, line: str, loops: bool, seen: tuple = ()) -> str
   _, shape, opcode = m.groups()
   if opcode == 'while':
     called = [c for key in ('condition', 'body') for c in re.findall(rf'{key}=%?([\w.\-]+)', line)]
-    held = loops and all(c not in seen and all(_graph_kind(module, inner, loops, seen + (c,)) in (None, '')
-                                               for inner in module.computations.get(c, ('', []))[1])
-                         for c in called)
+    inner = [(c, x) for c in called for x in module.computations.get(c, ('', []))[1]]
+    held = (loops and all(c not in seen for c in called)
+            and all(_graph_kind(module, x, loops, unroll, seen + (c,)) in (None, '') for c, x in inner)
+            and (unroll or not any('"name":"dynamic_slice_fusion"' in x for _, x in inner)))
     return '' if held else 'while'
   kind = _kind(opcode, line)
   if not kind:

@@ -177,15 +177,25 @@ def test_graphs_are_runs_of_graph_compatible_kernels_ended_by_the_rest():
   threefry_in_the_loop = _graphs_hlo().replace('fusion(%x), kind=kLoop, calls=%fused_add',
                                                'custom-call(%x), custom_call_target="cu_threefry2x32_ffi"')
   assert kernels.graphs(threefry_in_the_loop, loops=True).sizes == (6, 5)
+  # A body that slices at the iteration's index (a scan's layers) is recorded only if XLA may unroll the loop.
+  sliced_in_the_loop = _graphs_hlo().replace(
+      'fusion(%x), kind=kLoop, calls=%fused_add',
+      'fusion(%x), kind=kCustom, calls=%fused_add, backend_config={"fusion_backend_config":{"kind":"__custom_fusion",'
+      '"custom_fusion_config":{"name":"dynamic_slice_fusion","kernel_index":0}}}')
+  assert kernels.graphs(sliced_in_the_loop, loops=True).sizes == (6, 5)
+  assert kernels.graphs(sliced_in_the_loop, loops=True, unroll=True).sizes == (6, 9)
 
 
 @pytest.mark.parametrize('xla_flags, expected', [
-    ('', {'loops': False, 'min_size': 5}),
+    ('', {'loops': False, 'min_size': 5, 'unroll': False}),
     ('--xla_gpu_enable_command_buffer=', None),
-    ('--xla_gpu_autotune_level=0 --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL', {'loops': True, 'min_size': 5}),
+    ('--xla_gpu_autotune_level=0 --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL',
+     {'loops': True, 'min_size': 5, 'unroll': False}),
+    ('--xla_gpu_enable_command_buffer=+WHILE --xla_gpu_command_buffer_unroll_loops=true',
+     {'loops': True, 'min_size': 5, 'unroll': True}),
     ('--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUDNN --xla_gpu_graph_min_graph_size=1',
-     {'loops': False, 'min_size': 1}),
-    ('--xla_gpu_enable_command_buffer=-WHILE', {'loops': False, 'min_size': 5}),
+     {'loops': False, 'min_size': 1, 'unroll': False}),
+    ('--xla_gpu_enable_command_buffer=-WHILE', {'loops': False, 'min_size': 5, 'unroll': False}),
 ])
 def test_graph_settings_from_xla_flags(xla_flags, expected):
   assert kernels.graph_settings(xla_flags) == expected
