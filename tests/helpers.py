@@ -202,6 +202,7 @@ class LocalProcesses:
       hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
       env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
     port = free_port()
+    self.hooked = any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {})
     for i in range(processes):
       process_env = dict(os.environ, JAX_PLATFORMS='cpu',
                          XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0')
@@ -247,13 +248,19 @@ class LocalProcesses:
     """What a subclass records while `finish` waits."""
 
   def kill(self):
-    for proc in self.procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    """Kills the processes still running; with tests/hooks loaded, they first print their threads' stacks
+    (SIGUSR1), which `tails` then shows."""
+    running = [proc for proc in self.procs if proc.poll() is None]
+    if self.hooked and running:
+      for proc in running:
+        proc.send_signal(signal.SIGUSR1)
+      time.sleep(1.0)
+    for proc in running:
+      proc.kill()
+      proc.wait()
 
   def tails(self) -> str:
-    return '\n'.join(f'--- process {i}:\n{self.output(i)[-3000:]}' for i in range(len(self.procs)))
+    return '\n'.join(f'--- process {i}:\n{self.output(i)[-6000:]}' for i in range(len(self.procs)))
 
 
 def one_error_line(output: str) -> str:

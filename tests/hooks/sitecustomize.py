@@ -18,9 +18,16 @@ one of these is set:
 
 The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
 for before the processes agree the step is complete.
+
+Always: SIGUSR1 prints every thread's Python stack (faulthandler), which tests.helpers.LocalProcesses asks of the
+processes still running when a test gives up on them, so that a hang says where it was.
 """
 
+import faulthandler
 import os
+import signal
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 _HOLD, _FAIL = os.environ.get('ELECTRA_JAX_TEST_HOLD_WRITE'), os.environ.get('ELECTRA_JAX_TEST_FAIL_WRITE')
 _LATE = os.environ.get('ELECTRA_JAX_TEST_LATE_ERROR')
