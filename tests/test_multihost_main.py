@@ -281,6 +281,10 @@ def test_a_killed_process_stops_the_others_within_the_heartbeat_timeout(tmp_path
 # multihost tier short): run them in this order.
 
 EVERY = 4  # checkpoint_every of the faulty runs
+# ... which keep every checkpoint: a stop that reaches jax's preemption sync point late (step 13 for a signal during
+# the write of 4, in a clean-clone CI on a fast 2-core machine, 2026-11-28) must not let keep_checkpoints=3 remove
+# the checkpoint a test looks for.
+FAULTY = (f'--config.checkpoint_every={EVERY}', '--config.keep_checkpoints=1000')
 
 
 @pytest.fixture(scope='module')
@@ -306,7 +310,7 @@ def test_a_stop_signal_while_a_periodic_checkpoint_is_written(tmp_path, corpus, 
   held = (start // EVERY + 1) * EVERY
   hold = tmp_path / 'hold'
   hold.mkdir()
-  run = Run(faulty, 2, corpus, f'--config.checkpoint_every={EVERY}',
+  run = Run(faulty, 2, corpus, *FAULTY,
             env={'ELECTRA_JAX_TEST_HOLD_WRITE': f'{held}:{hold}'})
   saved = stop_with_signals(run, dict.fromkeys(signalled, signal.SIGTERM),
                             lambda: all((hold / f'held.{i}').exists() for i in range(2)),
@@ -324,7 +328,7 @@ def test_a_full_disk_on_one_process_stops_every_process_with_one_line(corpus, fa
   they used to wait for each other at orbax's barriers (20 min). The newest complete checkpoint stays."""
   start = newest(faulty)
   failed = (start // EVERY + 1) * EVERY
-  run = Run(faulty, 2, corpus, f'--config.checkpoint_every={EVERY}',
+  run = Run(faulty, 2, corpus, *FAULTY,
             env={'ELECTRA_JAX_TEST_FAIL_WRITE': f'{failed}:1'})
   assert run.finish() == [1, 1], run.tails()
   ours = one_error_line(run.output(1))
@@ -340,7 +344,7 @@ def test_process_0_killed_stops_the_others_with_one_line_within_the_heartbeat_ti
   """kill -9 of process 0, which runs JAX's coordination service, once this run has completed a checkpoint of its
   own. Process 1 loses contact at once (the service's socket closes) and exits with one line saying what to run."""
   start = newest(faulty)
-  run = Run(faulty, 2, corpus, f'--config.checkpoint_every={EVERY}',
+  run = Run(faulty, 2, corpus, *FAULTY,
             env={'ELECTRA_JAX_HEARTBEAT_TIMEOUT': str(HEARTBEAT)})
   run.wait_for(lambda: newest(faulty) > start)
   run.procs[0].kill()
@@ -365,7 +369,7 @@ def test_the_same_command_then_trains_the_faulty_run_to_the_uninterrupted_losses
   """After the four faults: resumes from the newest complete checkpoint, trains to the end, and every step's loss is
   the uninterrupted run's (metrics.jsonl drops the lines of steps trained again)."""
   start = newest(faulty)
-  run = completed(faulty, 2, corpus, f'--config.checkpoint_every={EVERY}')
+  run = completed(faulty, 2, corpus, *FAULTY)
   assert resumed_from(run) == start
   assert step_dirs(faulty)[1] == []  # the failed and the killed writes' temporary directories are gone
   assert_same_losses(faulty, two_processes.workdir)
