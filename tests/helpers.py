@@ -189,20 +189,18 @@ class LocalProcesses:
   """`python -m electra_jax.main ARGS` in `processes` localhost processes of one jax.distributed job (one: a plain
   single-process run), one faked CPU device each, each process's output to a log file `log_prefix`.<i>.log.
 
-  `env` is added to every process's environment, then `each[i]` to process i's; an ELECTRA_JAX_TEST_ variable in
-  `env` also puts tests/hooks on their PYTHONPATH (a checkpoint write held or failed on purpose:
-  tests/hooks/sitecustomize.py).
+  `env` is added to every process's environment, then `each[i]` to process i's. tests/hooks is first on their
+  PYTHONPATH: its sitecustomize holds or fails a checkpoint write when an ELECTRA_JAX_TEST_ variable says so, and
+  prints a process's stacks on SIGUSR1 (`kill`).
   """
   timeout = 300  # seconds for one run: a few seconds of steps, the rest start-up and compiling on a loaded machine
 
   def __init__(self, args: list[str], processes: int, log_prefix, env: dict[str, str] | None = None,
                each: list[dict[str, str]] | None = None):
     self.logs, self.procs = [], []
-    if any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {}):
-      hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
-      env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
+    hooks = os.path.join(REPO, 'tests', 'hooks')  # its sitecustomize, before whatever PYTHONPATH the caller set
+    env = dict(env or {}, PYTHONPATH=os.pathsep.join(filter(None, [hooks, os.environ.get('PYTHONPATH', '')])))
     port = free_port()
-    self.hooked = any(key.startswith('ELECTRA_JAX_TEST_') for key in env or {})
     for i in range(processes):
       process_env = dict(os.environ, JAX_PLATFORMS='cpu',
                          XLA_FLAGS='--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0')
@@ -248,12 +246,12 @@ class LocalProcesses:
     """What a subclass records while `finish` waits."""
 
   def kill(self):
-    """Kills the processes still running; with tests/hooks loaded, they first print their threads' stacks
-    (SIGUSR1), which `tails` then shows."""
+    """Kills the processes still running, a second after asking them for their threads' stacks (SIGUSR1:
+    tests/hooks), which `tails` then shows."""
     running = [proc for proc in self.procs if proc.poll() is None]
-    if self.hooked and running:
-      for proc in running:
-        proc.send_signal(signal.SIGUSR1)
+    for proc in running:
+      proc.send_signal(signal.SIGUSR1)
+    if running:
       time.sleep(1.0)
     for proc in running:
       proc.kill()
