@@ -67,23 +67,21 @@ def stage(doing: str, done: str = 'done'):
 CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
 
 
-@contextlib.contextmanager
-def compiling(what: str):
-  """Times a compile of `what` (the block) and yields a list that, after the block, holds the line saying
-  `compiled what in N s`, and whether the program came from the persistent compilation cache
-  (electra_jax.compile_cache) rather than the compiler. Prints nothing: compiles run in threads
+def compiled(what: str, compile_fn):
+  """(compile_fn(), the line saying `compiled what in N s`, and whether the program came from the persistent
+  compilation cache (electra_jax.compile_cache) rather than the compiler). Prints nothing: compiles run in threads
   (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts only the cache hits of
   its own thread, so that compiles side by side do not see each other's."""
-  hits, thread, done = [], threading.get_ident(), []
+  hits, thread = [], threading.get_ident()
   listener = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None
   jax.monitoring.register_event_listener(listener)
   start = clock()
   try:
-    yield done
+    result = compile_fn()
   finally:
     jax.monitoring.unregister_event_listener(listener)
-  done.append(f'compiled {what} in {clock() - start:.1f} s{" (from the compilation cache)" if hits else ""}')
+  return result, f'compiled {what} in {clock() - start:.1f} s{" (from the compilation cache)" if hits else ""}'
 
 
 def _duration(seconds: float) -> str:

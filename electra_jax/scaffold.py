@@ -91,13 +91,8 @@ def compile_in_thread(what: str, compile_fn: Callable) -> concurrent.futures.Fut
   meanwhile ends with its own error line, not with the compile's. XLA compiles without holding the GIL, so the
   compile overlaps what the caller does next (the initial state, another compile)."""
   report.log(f'compiling {what}...')
-
-  def compile_and_say():
-    with report.compiling(what) as done:
-      compiled = compile_fn()
-    return compiled, done[0]
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-  future = pool.submit(compile_and_say)
+  future = pool.submit(report.compiled, what, compile_fn)
   pool.shutdown(wait=False)  # the thread ends with the compile
   return future
 
