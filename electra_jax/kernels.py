@@ -231,9 +231,11 @@ def _graph_kind(module: Module, line: str, loops: bool, unroll: bool, seen: tupl
     return None
   _, shape, opcode = m.groups()
   if opcode == 'while':
+    if not loops:
+      return 'while'
     called = [c for key in ('condition', 'body') for c in re.findall(rf'{key}=%?([\w.\-]+)', line)]
     inner = [(c, x) for c in called for x in module.computations.get(c, ('', []))[1]]
-    held = (loops and all(c not in seen for c in called)
+    held = (all(c not in seen for c in called)
             and all(_graph_kind(module, x, loops, unroll, seen + (c,)) in (None, '') for c, x in inner)
             and (unroll or not any('"name":"dynamic_slice_fusion"' in x for _, x in inner)))
     return '' if held else 'while'
