@@ -341,15 +341,19 @@ class Check:
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(last)))
     steps = last - (10 if self.tiny else 100)  # where it resumes from
     start, first, printed = time.monotonic(), [], {}  # printed: {line: seconds after launch it first showed}
-    log = os.path.join(self.logs, 'resume.log')
+    log, read = os.path.join(self.logs, 'resume.log'), {'offset': 0, 'partial': ''}
 
     def poll():
       if not first and steps < _last_step(metrics) < last:  # its lines past the checkpoint dropped first
         first.append(time.monotonic() - start)
-      if os.path.exists(log):
-        with open(log, encoding='utf-8', errors='replace') as f:
-          for line in f.read().replace('\r', '\n').splitlines()[1:]:  # after the command's own line
-            printed.setdefault(line.strip(), time.monotonic() - start)
+      if os.path.exists(log):  # what the run printed since the last poll; a line not yet ended waits for the next
+        with open(log, 'rb') as f:
+          f.seek(read['offset'])
+          new = f.read()
+        read['offset'] += len(new)
+        *lines, read['partial'] = (read['partial'] + new.decode(errors='replace')).replace('\r', '\n').split('\n')
+        for line in lines:
+          printed.setdefault(line.strip(), time.monotonic() - start)
 
     status, output, seconds = self.command('resume', self.quickstart_argv() + ['--config.log_every=1'], 180,
                                            {'ELECTRA_JAX_CACHE': self.cache}, poll)
