@@ -125,6 +125,10 @@ COMPILE_LEVERS = {
                                             '--xla_gpu_force_compilation_parallelism=16'}, []),
 }
 PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time
+# XLA's log of its command buffers (CUDA graphs), on for the timed GPU runs: a graph is updated (its commands
+# recorded again) before a launch whenever a buffer it uses has moved since the last one, on the host, before the
+# launch. The profiler cannot show this: XLA runs a step without command buffers while a profile is taken.
+GRAPH_LOG = {'TF_CPP_MIN_LOG_LEVEL': '0', 'TF_CPP_VMODULE': 'command_buffer_thunk=3'}
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
 TINY_LEVERS = (PROFILED[0], 'prng=rbg')  # --tiny: the profile, and a lever that changes the program on a CPU too
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
@@ -145,6 +149,7 @@ class Check:
     if tiny:
       self.env['JAX_PLATFORMS'] = 'cpu'
     self.cache = os.path.join(out, 'cache')  # ELECTRA_JAX_CACHE of the quickstart: empty at first
+    self.graph_log = {} if tiny else GRAPH_LOG  # a CPU records no command buffers
 
   def elapsed(self) -> float:
     return time.monotonic() - self.start
@@ -221,17 +226,22 @@ class Check:
                  extra: list[str] = (), env: dict | None = None, torch: bool = True, profile: int = 0,
                  note: str = ''):
     argv = self.throughput_argv(config, batch, length, steps, extra, torch, profile)
-    status, output, seconds = self.command(name, argv, limit, env)
+    status, output, seconds = self.command(name, argv, limit, {**self.graph_log, **(env or {})})
     result = _result(output)
     if result is None:
       self.row(name, status, seconds, _last_line(output))
       return None
+    graphs = graph_updates(output)
+    if graphs:
+      result['graph_log'] = graphs
     text = (f'{result["step_seconds"] * 1e3:.2f} ms/step (a call returns in {result["call_seconds"] * 1e3:.2f} ms), '
             f'{result["tokens_per_second"]:,.0f} tokens/s, MFU '
             f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
     if 'graphs' in result:
       text += f'; {result["graphs"]} CUDA graphs and {result["alone"]} kernels launched alone (estimated)'
+    if 'graph_log' in result:
+      text += '; ' + format_graph_updates(result['graph_log'])
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
@@ -372,9 +382,11 @@ class Check:
     argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, 'loop'),
             '--steps=20' if self.tiny else '--steps=600']  # the quickstart's train_steps: the same compiled step
     status, output, seconds = self.command('loop', argv if self.tiny else [*argv, '--real'], 240,
-                                           {'ELECTRA_JAX_CACHE': self.cache})
-    self.row('loop', status, seconds, next((line for line in output.splitlines() if line.startswith('the loop')),
-                                           _last_line(output)))
+                                           {'ELECTRA_JAX_CACHE': self.cache, **self.graph_log})
+    text = next((line for line in output.splitlines() if line.startswith('the loop')), _last_line(output))
+    graphs = graph_updates(output)
+    self.row('loop', status, seconds, text + ('; ' + format_graph_updates(graphs) if graphs else ''),
+             {'graph_log': graphs} if graphs else None)
 
   def compile(self):
     """The Small step compiled alone, one process after another, without a compile cache (step_throughput
@@ -397,8 +409,33 @@ class Check:
 
 
 def _result(output: str) -> dict | None:
-  """The numbers of step_throughput's `RESULT {...}` line in `output` (None: it printed none)."""
-  return next((json.loads(line[len('RESULT '):]) for line in output.splitlines() if line.startswith('RESULT ')), None)
+  """The numbers of step_throughput's `RESULT {...}` line in `output` (None: it printed none); a log line that
+  XLA wrote after it on the same line is ignored."""
+  return next((json.JSONDecoder().raw_decode(line[len('RESULT '):])[0] for line in output.splitlines()
+               if line.startswith('RESULT ')), None)
+
+
+def graph_updates(output: str) -> dict | None:
+  """What XLA's log of its command buffers (GRAPH_LOG) says in `output`: {'launches', 'updates', 'update_us' (their
+  total), 'moved' (buffers moved, per update), 'commands' (the updated graph's, per update)}; None if it logged no
+  launch."""
+  launches = len(re.findall(r'Execute command buffer on device', output))
+  if not launches:
+    return None
+  updates = re.findall(r'Update command buffer on device.*?num_commands=(\d+); updated_allocs=(\d+)', output)
+  return {'launches': launches, 'updates': len(updates),
+          'update_us': sum(int(us) for us in re.findall(r'Updated command buffer in (\d+)', output)),
+          'commands': [int(n) for n, _ in updates], 'moved': [int(m) for _, m in updates]}
+
+
+def format_graph_updates(log: dict) -> str:
+  if not log['updates']:
+    return f'CUDA graphs (XLA\'s log): {log["launches"]} launches, none updated'
+  moved, commands = sorted(log['moved']), sorted(log['commands'])
+  return (f'CUDA graphs (XLA\'s log): {log["launches"]} launches, {log["updates"]} after an update (buffers moved: '
+          f'median {moved[len(moved) // 2]}, most {moved[-1]}; graphs of median {commands[len(commands) // 2]} '
+          f'commands), {log["update_us"] / 1e3:.1f} ms of updates in all, {log["update_us"] / log["updates"]:.0f} '
+          'us each')
 
 
 def _last_line(output: str) -> str:

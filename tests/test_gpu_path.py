@@ -1,6 +1,7 @@
 """The GPU path that can be checked without a GPU: the device line every run prints, the warning when an NVIDIA GPU
 is visible but JAX runs on the CPU, the GPU quickstart's config, and the GPU check's stages in --tiny mode."""
 
+import importlib.util
 import json
 import os
 import re
@@ -82,6 +83,40 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   table = (out / 'table.md').read_text()
   assert table.startswith('| stage | status | seconds | result |') and done.stdout.rstrip().endswith(
       table.rstrip().splitlines()[-1])
+
+
+def _gpu_check():
+  spec = importlib.util.spec_from_file_location('gpu_check', os.path.join(REPO, 'bench', 'gpu_check.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_gpu_check_reads_xla_s_log_of_its_cuda_graphs_and_a_result_line_a_log_line_ran_into():
+  """The GPU check's timed runs log XLA's command-buffer thunk (GRAPH_LOG): launches, and the updates before some of
+  them when buffers moved. Lines as XLA:GPU writes them (xla/backends/gpu/runtime/command_buffer_thunk.cc)."""
+  gpu_check = _gpu_check()
+  prefix = 'I1128 10:00:00.000000   4242 command_buffer_thunk.cc:{}] '
+  update = ('Update command buffer on device #0 by recoding command buffer cmd sequence after {} executions since '
+            'last update; num_commands={}; updated_allocs={}')
+  output = '\n'.join([
+      'step 1',
+      prefix.format(301) + 'Execute command buffer on device #0; num_executions=1',
+      prefix.format(270) + update.format(1, 1750, 3),
+      prefix.format(288) + 'Updated command buffer in 5200 \u03bcs; num_commands=1750',
+      prefix.format(301) + 'Execute command buffer on device #0; num_executions=1',
+      prefix.format(270) + update.format(1, 12, 1),
+      prefix.format(288) + 'Updated command buffer in 800 \u03bcs; num_commands=12',
+      prefix.format(301) + 'Execute command buffer on device #0; num_executions=1',
+      'RESULT {"step_seconds": 0.02}' + prefix.format(301) + 'Execute command buffer on device #0; num_executions=2',
+  ])
+  log = gpu_check.graph_updates(output)
+  assert log == {'launches': 4, 'updates': 2, 'update_us': 6000, 'commands': [1750, 12], 'moved': [3, 1]}
+  assert gpu_check.format_graph_updates(log) == (
+      "CUDA graphs (XLA's log): 4 launches, 2 after an update (buffers moved: median 3, most 3; graphs of median "
+      '1750 commands), 6.0 ms of updates in all, 3000 us each')
+  assert gpu_check.graph_updates('step 1\nstep 2') is None  # a CPU, or a GPU without command buffers
+  assert gpu_check._result(output) == {'step_seconds': 0.02}  # pylint: disable=protected-access
 
 
 @pytest.mark.e2e  # trains in a subprocess (about 40 s on 2 cores)
