@@ -104,9 +104,10 @@ class Dropout(nn.Module):
   second-to-last axis (of length m) index i takes the low halves and index i + ceil(m / 2) the high halves of the
   same words. Half the threefry work (faster on a CPU, slower on a TPU: config.DROPOUT_DRAWS); the drop
   probability is round(rate * 2^16) / 2^16, within 2^-17 of `rate` (0.1 -> 0.1000061).
-  draw='rbg' draws the whole mask at once from XLA's RngBitGenerator (Philox on a GPU, fused into the kernel that
-  applies it, where threefry is a kernel of its own) keyed by fold_in(key, first row), the key a jax 'unsafe_rbg'
-  key (`rbg_key`, `dropout_rngs`). XLA splits that draw over a mesh without changing it, so any mesh draws the
+  draw='rbg' draws the whole mask at once from XLA's RngBitGenerator (Philox on a GPU: 3 or 4 small kernels per mask
+  in the XLA:GPU compile of Small's step, the key's fold_in and Philox's rounds, none of them a custom call that
+  ends a CUDA graph as threefry's kernel does) keyed by fold_in(key, first row), the key a jax 'unsafe_rbg' key
+  (`rbg_key`, `dropout_rngs`). XLA splits that draw over a mesh without changing it, so any mesh draws the
   same masks; micro-batches draw others.
   """
   rate: float
