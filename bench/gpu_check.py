@@ -270,15 +270,22 @@ class Check:
     cost: 73 s of the Small step on an H200, one XLA compile keeping few of the host's cores busy), then timed one
     lever at a time, its step read back from that cache."""
     names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or n.startswith(self.only)]
-    compiled = {}
+    compiled, unknown = {}, {}  # unknown: {lever: the XLA flag this jax's XLA does not have}
     if self.room('lever compiles', 30 if self.tiny else 120):
       start = time.monotonic()
       with concurrent.futures.ThreadPoolExecutor(max_workers=LEVER_COMPILES_AT_ONCE) as pool:
-        compiled = {n: s for n, s in zip(names, pool.map(self.compile_lever, names)) if s is not None}
+        for name, (seconds, flag) in zip(names, pool.map(self.compile_lever, names)):
+          if seconds is not None:
+            compiled[name] = seconds
+          elif flag:
+            unknown[name] = flag
       self.row('lever compiles', 'ok' if len(compiled) == len(names) else f'{len(compiled)} of {len(names)}',
                time.monotonic() - start, f'{len(names)} steps compiled, {LEVER_COMPILES_AT_ONCE} at a time: '
                + ', '.join(f'{name} {seconds:.0f} s' for name, seconds in compiled.items()), {'compile': compiled})
     for name in names:
+      if name in unknown:
+        self.row(f'lever: {name}', 'skipped', 0.0, f'this jax\'s XLA has no flag {unknown[name]}')
+        continue
       if not self.room(f'lever: {name}', 20 if self.tiny or name in compiled else 60):
         continue
       env, extra = self.lever(name)
@@ -306,14 +313,16 @@ class Check:
       return 'configs/tiny.py', 8, 32, 2
     return ('configs/base.py', 32, 512, 30) if name.startswith('Base') else ('configs/small.py', 128, 128, 30)
 
-  def compile_lever(self, name: str) -> float | None:
-    """Seconds to compile lever `name`'s step into the levers' compile cache beside the others (None: it failed).
-    Without preallocation: the processes share the GPU while they autotune."""
+  def compile_lever(self, name: str) -> tuple[float | None, str]:
+    """(seconds to compile lever `name`'s step into the levers' compile cache beside the others or None if that
+    failed, the XLA flag it failed on if XLA did not know it). Without preallocation: the processes share the GPU
+    while they autotune."""
     env, extra = self.lever(name)
     argv = self.throughput_argv(*self.lever_shape(name), extra, torch=False) + ['--compile_only']
     _, output, _ = self.command(f'lever compile: {name}', argv, 240, {**env, 'XLA_PYTHON_CLIENT_PREALLOCATE': 'false'})
     result = _result(output)
-    return result['compile_seconds'] if result else None
+    unknown = re.search(r'Unknown flags? in XLA_FLAGS: (\S+)', output)
+    return (result['compile_seconds'] if result else None), (unknown.group(1) if unknown and not result else '')
 
   def quickstart_argv(self) -> list[str]:
     """The quickstart for 600 steps (tiny: 20) with a checkpoint 100 steps (tiny: 10) before the end."""

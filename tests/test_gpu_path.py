@@ -119,6 +119,18 @@ def test_gpu_check_reads_xla_s_log_of_its_cuda_graphs_and_a_result_line_a_log_li
   assert gpu_check._result(output) == {'step_seconds': 0.02}  # pylint: disable=protected-access
 
 
+def test_gpu_check_skips_a_lever_whose_xla_flag_this_jax_does_not_know(tmp_path, monkeypatch):
+  """XLA aborts on a flag it does not know (levers are read from XLA's newest source; the GPU image's jax may be
+  older): the lever's compile fails at once, and its timing is skipped with the flag named, not run again."""
+  gpu_check = _gpu_check()
+  monkeypatch.setattr(gpu_check, 'LEVERS', {'bogus': ({'XLA_FLAGS': '--xla_gpu_no_such_flag=true'}, [])})
+  monkeypatch.setattr(gpu_check, 'TINY_LEVERS', ('bogus',))
+  check = gpu_check.Check(str(tmp_path), tiny=True, budget=300, python=sys.executable)
+  check.levers()
+  assert [row[:2] for row in check.rows] == [('lever compiles', '0 of 1'), ('lever: bogus', 'skipped')]
+  assert check.rows[1][3] == "this jax's XLA has no flag --xla_gpu_no_such_flag=true"
+
+
 @pytest.mark.e2e  # trains in a subprocess (about 40 s on 2 cores)
 def test_loop_overhead_times_the_training_loop_alone(tmp_path):
   """bench/loop_overhead.py runs the real training loop with a step that returns at once and prints its host time."""
