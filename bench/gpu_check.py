@@ -57,6 +57,8 @@ NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA gr
 # layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
 LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
+STEPS_4 = ['--steps_per_call=4']
+ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
@@ -72,6 +74,13 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
     'scan_layers with loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
+    # Four steps in each call of one program (Pretraining.lower_steps: a scan over four batches): the host's work
+    # per call (the arguments, the launches, the graphs' updates) spread over four steps; with loops recorded and
+    # threefry inline, the four steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
+    # graphs and 24 kernels alone a step; compiled in 31 s against 26). Training batches are new every call.
+    '4 steps a call': ({}, STEPS_4),
+    '4 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_4),
+    '4 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_4, '--fresh_batches']),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -130,7 +139,8 @@ PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also p
 # launch. The profiler cannot show this: XLA runs a step without command buffers while a profile is taken.
 GRAPH_LOG = {'TF_CPP_MIN_LOG_LEVEL': '0', 'TF_CPP_VMODULE': 'command_buffer_thunk=3'}
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
-TINY_LEVERS = (PROFILED[0], 'prng=rbg')  # --tiny: the profile, and a lever that changes the program on a CPU too
+# --tiny: the profile, a lever that changes the program on a CPU too, and one with several steps a call
+TINY_LEVERS = (PROFILED[0], 'prng=rbg', '4 steps a call')
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -234,7 +244,10 @@ class Check:
     graphs = graph_updates(output)
     if graphs:
       result['graph_log'] = graphs
-    text = (f'{result["step_seconds"] * 1e3:.2f} ms/step (a call returns in {result["call_seconds"] * 1e3:.2f} ms), '
+    per_call = result.get('steps_per_call', 1)
+    call = (f'a call of {per_call} steps returns in {result["call_seconds"] * per_call * 1e3:.2f} ms' if per_call > 1
+            else f'a call returns in {result["call_seconds"] * 1e3:.2f} ms')
+    text = (f'{result["step_seconds"] * 1e3:.2f} ms/step ({call}), '
             f'{result["tokens_per_second"]:,.0f} tokens/s, MFU '
             f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')

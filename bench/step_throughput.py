@@ -9,6 +9,8 @@ JAX_THREEFRY_GPU_KERNEL_LOWERING=false, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
+--steps_per_call=K runs K steps in each call of one compiled program (Pretraining.lower_steps, K batches stacked):
+a step's time is then a call's over K.
 --compile_only compiles the step, runs the initialiser (its compile) and stops: its RESULT holds those seconds only;
 with --compile_cache=DIR the compiled programs are kept in (and read from) JAX's persistent cache under DIR.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
@@ -49,6 +51,8 @@ _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transfor
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
 _FRESH_BATCHES = flags.DEFINE_bool('fresh_batches', False, 'Put the batch on the devices again before each timed '
                                    'step, as training does, rather than reuse one device array.')
+_STEPS_PER_CALL = flags.DEFINE_integer('steps_per_call', 1, 'Train steps per call of the compiled program '
+                                      '(Pretraining.lower_steps: a scan over that many batches); times are per step.')
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 _TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'With --profile: keep the trace and the compiled step\'s HLO '
                                  'here (default: a temporary directory).')
@@ -80,32 +84,39 @@ def peak_flops_per_device(dtype: str) -> float:
 
 def time_jax(c, batch, t0: float) -> dict:
   """Seconds of the train step's compile, of the initialiser (its compile and run), to the end of the first step
-  (from `t0`), and per step; with --profile, prints where the time of a step goes."""
+  (from `t0`), and per step (a call's time over its --steps_per_call; 'call_seconds' too); with --profile, prints
+  where the time of a step goes."""
   run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
+  k = _STEPS_PER_CALL.value
   start = time.perf_counter()
-  executable = run.compile()  # what step_fn runs from now on
+  if k == 1:
+    executable = run.compile()  # what step_fn runs from now on
+    step_fn, put = run.step_fn, run.put_batch
+  else:  # k steps a call, each on a copy of the batch (one call's batches stacked)
+    executable = step_fn = run.lower_steps(k).compile()
+    put = lambda b: jax.device_put({name: np.stack([a] * k) for name, a in b.items()}, run.steps_sharding())
   compiled = time.perf_counter()
   state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
   initialised = time.perf_counter()
   if _COMPILE_ONLY.value:
     return {'compile_seconds': compiled - start, 'init_seconds': initialised - compiled}
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
-  device_batch = run.put_batch(batch)
-  state, metrics = run.step_fn(state, device_batch, rng)
+  device_batch = put(batch)
+  state, metrics = step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   first = time.perf_counter()
-  state, metrics = run.step_fn(state, device_batch, rng)
+  state, metrics = step_fn(state, device_batch, rng)
   jax.block_until_ready(metrics)
   start_steps = time.perf_counter()
   calls = []  # seconds each call of the step takes to return: dispatch, unless something makes it wait for the GPU
   for _ in range(_STEPS.value):
     if _FRESH_BATCHES.value:  # as training puts each batch (ELECTRA_JAX_STAGE_BATCHES: where the last one was)
-      device_batch = run.put_batch(batch)
+      device_batch = put(batch)
     called = time.perf_counter()
-    state, metrics = run.step_fn(state, device_batch, rng)
+    state, metrics = step_fn(state, device_batch, rng)
     calls.append(time.perf_counter() - called)
   jax.block_until_ready(metrics)
-  seconds = (time.perf_counter() - start_steps) / _STEPS.value
+  seconds = (time.perf_counter() - start_steps) / _STEPS.value / k
   profile = {}
   if _PROFILE.value:
     try:  # a profiler that cannot start (no CUPTI, say) must not cost the numbers above
@@ -113,7 +124,7 @@ def time_jax(c, batch, t0: float) -> dict:
         trace = _TRACE_DIR.value or temporary
         with jax.profiler.trace(trace):
           for _ in range(_PROFILE.value):
-            state, metrics = run.step_fn(state, device_batch, rng)
+            state, metrics = step_fn(state, device_batch, rng)
           jax.block_until_ready(metrics)
         text = executable.as_text()
         if _TRACE_DIR.value:
@@ -121,7 +132,7 @@ def time_jax(c, batch, t0: float) -> dict:
             f.write(text)
         module = kernels.read(text)
         ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
-                                _PROFILE.value)
+                                _PROFILE.value * k)
         print(kernels.format_timed(ops), flush=True)
         profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
                    'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
@@ -130,9 +141,9 @@ def time_jax(c, batch, t0: float) -> dict:
       print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
-          'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)),
+          'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)) / k, 'steps_per_call': k,
           'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
-          'loss': float(metrics['loss'][0]), **cuda_graphs(executable), **profile}
+          'loss': float(np.ravel(metrics['loss'][0])[-1]), **cuda_graphs(executable), **profile}
 
 
 def cuda_graphs(executable) -> dict:
@@ -194,7 +205,10 @@ def main(argv):
   peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # after the timing: on a CPU it times matmuls
   seconds, tokens = r['step_seconds'], c.batch_size * length
   r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
-  print(f'jax:   step {seconds * 1e3:.2f} ms (a call returns in {r["call_seconds"] * 1e3:.2f} ms), '
+  k = r['steps_per_call']
+  call = f'a call of {k} steps returns in {r["call_seconds"] * k * 1e3:.2f} ms' if k > 1 else (
+      f'a call returns in {r["call_seconds"] * 1e3:.2f} ms')
+  print(f'jax:   step {seconds * 1e3:.2f} ms ({call}), '
         f'{tokens / seconds:,.0f} tokens/s, '
         f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, MFU {r["mfu"]:.1%} (peak {peak / 1e12:.2f} TFLOP/s); '
         f'compile {r["compile_seconds"]:.1f} s, initialiser {r["init_seconds"]:.1f} s, first step at '

@@ -180,6 +180,7 @@ class Pretraining:
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
                              grad_accum_steps=c.grad_accum_steps, flat_norm=flat_norm)
+    self._train_step = step  # not jitted: `lower_steps` scans it
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
     self._stage = jax.jit(_copy_into, donate_argnums=0, out_shardings=self.batch_sharding)
@@ -243,6 +244,25 @@ class Pretraining:
 
   def abstract_key(self) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(self.mesh))
+
+  def steps_sharding(self) -> jax.sharding.NamedSharding:
+    """Where `lower_steps`'s batches go: the batch's sharding under a leading axis of steps, not split."""
+    return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
+
+  def lower_steps(self, k: int):
+    """The train step `k` times in one program, lowered: (state, batches, rng) -> (state, metrics), `batches` the
+    k batches' arrays stacked [k, batch, length] in `steps_sharding()`, the metrics stacked [k]. The same steps as
+    k calls of `step_fn` (a scan over them: one step's body compiled), launched by one call: on a GPU the host's
+    launching of a call sets the pace of a small model's step (BENCHMARKS.md). `bench/step_throughput.py
+    --steps_per_call=k` times it; the training loop calls one step at a time."""
+    def steps(state, batches, rng):
+      return jax.lax.scan(lambda s, batch: self._train_step(s, batch, rng), state, batches)
+    self.check_batch()
+    batches = {name: jax.ShapeDtypeStruct((k, *a.shape), a.dtype, sharding=self.steps_sharding())
+               for name, a in self.abstract_batch().items()}
+    jitted = scaffold.jit_step(steps, self.state_shardings, self.steps_sharding())
+    with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
+      return jitted.lower(self.abstract_state(), batches, self.abstract_key())
 
   def lower(self):
     """Lowers the train step for the configured shapes without allocating anything (compile-only checks). On GPUs,

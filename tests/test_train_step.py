@@ -146,6 +146,27 @@ def test_one_step_returns_every_metric(run, batch, initial):
   assert all(jax.tree.leaves(changed))
 
 
+def test_steps_in_one_call_are_the_steps_one_call_each(run, initial):
+  """lower_steps(3): three steps scanned in one program take the state and give the metrics that three calls of
+  the step do, each on its own batch (the metrics stacked)."""
+  local = [_numpy_batch(seed) for seed in range(3)]
+  state = _fresh(run, initial, step=1)
+  one_at_a_time = []
+  for b in local:
+    state, metrics = run.step_fn(state, sharding.global_batch(b, run.batch_sharding), _rng())
+    one_at_a_time.append(_host(metrics))
+  stacked = {k: np.stack([b[k] for b in local]) for k in local[0]}
+  steps = run.lower_steps(3).compile()
+  together, metrics = steps(_fresh(run, initial, step=1), jax.device_put(stacked, run.steps_sharding()), _rng())
+  assert int(together.step) == 4 and metrics['loss'][0].shape == (3,)
+  for i, expected in enumerate(one_at_a_time):
+    for name, (numerator, denominator) in expected.items():
+      np.testing.assert_allclose(np.asarray(metrics[name][0])[i], numerator, rtol=2e-5, err_msg=name)
+      np.testing.assert_array_equal(np.asarray(metrics[name][1])[i], denominator, err_msg=name)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7), _host(together.params),
+               _host(state.params))
+
+
 @pytest.mark.slow
 def test_flat_norm_steps_as_the_per_leaf_norm(run, batch, initial):
   """The GPUs' gradient norm over one concatenation (optimizer.global_norm, flat_norm) clips and reports as optax's
