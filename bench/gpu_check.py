@@ -57,7 +57,8 @@ NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA gr
 # layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
 LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
-STEPS_4 = ['--steps_per_call=4']
+STEPS_5 = ['--config.steps_per_call=5']  # divides every config's log_every and checkpoint_every
+LOOP_STEPS_PER_CALL = 5
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
@@ -74,13 +75,13 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
     'scan_layers with loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
-    # Four steps in each call of one program (Pretraining.lower_steps: a scan over four batches): the host's work
-    # per call (the arguments, the launches, the graphs' updates) spread over four steps; with loops recorded and
-    # threefry inline, the four steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
-    # graphs and 24 kernels alone a step; compiled in 31 s against 26). Training batches are new every call.
-    '4 steps a call': ({}, STEPS_4),
-    '4 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_4),
-    '4 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_4, '--fresh_batches']),
+    # Five steps in each call of one program (Pretraining.steps_fn: a scan over five batches): the host's work
+    # per call (the arguments, the launches, the graphs' updates) spread over five steps; with loops recorded and
+    # threefry inline, the five steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
+    # graphs and 24 kernels alone a step; 4 steps compiled in 31 s against 26). Training batches are new every call.
+    '5 steps a call': ({}, STEPS_5),
+    '5 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_5),
+    '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_5, '--fresh_batches']),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -140,7 +141,7 @@ PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also p
 GRAPH_LOG = {'TF_CPP_MIN_LOG_LEVEL': '0', 'TF_CPP_VMODULE': 'command_buffer_thunk=3'}
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
 # --tiny: the profile, a lever that changes the program on a CPU too, and one with several steps a call
-TINY_LEVERS = (PROFILED[0], 'prng=rbg', '4 steps a call')
+TINY_LEVERS = (PROFILED[0], 'prng=rbg', '5 steps a call')
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -400,15 +401,19 @@ class Check:
 
   def loop(self):
     """The quickstart's run again in a new workdir, its loop's parts timed (bench/loop_overhead.py; --tiny: with a
-    step that returns at once), its step read from the quickstart's compile cache."""
-    argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, 'loop'),
-            '--steps=20' if self.tiny else '--steps=600']  # the quickstart's train_steps: the same compiled step
-    status, output, seconds = self.command('loop', argv if self.tiny else [*argv, '--real'], 240,
-                                           {'ELECTRA_JAX_CACHE': self.cache, **self.graph_log})
-    text = next((line for line in output.splitlines() if line.startswith('the loop')), _last_line(output))
-    graphs = graph_updates(output)
-    self.row('loop', status, seconds, text + ('; ' + format_graph_updates(graphs) if graphs else ''),
-             {'graph_log': graphs} if graphs else None)
+    step that returns at once), its step read from the quickstart's compile cache; then with LOOP_STEPS_PER_CALL
+    steps a call (a program of its own, compiled)."""
+    for name, k in (('loop', 1), (f'loop, {LOOP_STEPS_PER_CALL} steps a call', LOOP_STEPS_PER_CALL)):
+      if k > 1 and not self.room(name, 30 if self.tiny else 90):
+        continue
+      argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, f'loop{k}'), f'--steps_per_call={k}',
+              '--steps=20' if self.tiny else '--steps=600']  # the quickstart's train_steps: the same compiled step
+      status, output, seconds = self.command(name, argv if self.tiny else [*argv, '--real'], 240,
+                                             {'ELECTRA_JAX_CACHE': self.cache, **self.graph_log})
+      text = next((line for line in output.splitlines() if line.startswith('the loop')), _last_line(output))
+      graphs = graph_updates(output)
+      self.row(name, status, seconds, text + ('; ' + format_graph_updates(graphs) if graphs else ''),
+               {'graph_log': graphs} if graphs else None)
 
   def compile(self):
     """The Small step compiled alone, one process after another, without a compile cache (step_throughput

@@ -38,8 +38,7 @@ _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _TOPOLOGY = flags.DEFINE_string('topology', 'h100:1', 'GPUs to compile for (electra_jax.gpu_targets).')
 _DUMP = flags.DEFINE_string('dump', '', 'Write the compiled HLO texts into this directory.')
 _STEP = flags.DEFINE_bool('step', True, 'Compile the train step.')
-_STEPS_PER_CALL = flags.DEFINE_integer('steps_per_call', 1, 'Compile that many train steps in one program '
-                                      '(Pretraining.lower_steps).')
+
 _INIT = flags.DEFINE_bool('init', True, 'Compile the initialiser.')
 
 
@@ -117,14 +116,14 @@ def main(argv):
         flush=True)
   run = Pretraining(c, TRAINED_TOKENIZER_IDS, mesh)
   run.check_batch()
-  if _STEP.value and _STEPS_PER_CALL.value > 1:
+  if _STEP.value and c.steps_per_call > 1:
     t0 = time.perf_counter()
-    lowered = run.lower_steps(_STEPS_PER_CALL.value)
+    lowered = run.lower_steps()
     t1 = time.perf_counter()
     step = lowered.compile()
     seconds = {'trace': 0.0, 'lower': t1 - t0, 'compile': time.perf_counter() - t1}  # trace: within lower here
     dump('train_steps', step)
-    print(describe(f'{_STEPS_PER_CALL.value} train steps', step, seconds), flush=True)
+    print(describe(f'{c.steps_per_call} train steps in one call', step, seconds), flush=True)
   elif _STEP.value:
     with sharding.activate(mesh, c.mesh.rules), scaffold.threefry_kernels():  # as Pretraining.lower lowers it
       step, seconds = timed_compile(run._step, run.abstract_state(), run.abstract_batch(), run.abstract_key())  # pylint: disable=protected-access

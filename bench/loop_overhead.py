@@ -28,13 +28,13 @@ import jax
 from configs import small
 from electra_jax import checkpoint, data, train_step, trainer
 
-PARTS = {  # part of the loop: (class, method)
-    'batch': (data.BatchIterator, '__next__'),
-    'put on devices': (train_step.Pretraining, 'put_batch'),
-    'train step call': (train_step.Pretraining, 'step_fn'),
-    'metrics sums and loss check': (trainer._Log, 'add'),  # pylint: disable=protected-access
-    'metrics written': (trainer._Log, 'write'),  # pylint: disable=protected-access
-    'checkpoint': (checkpoint.Checkpointer, 'save'),
+PARTS = {  # part of the loop: (class, method), ... (a step one a call, or config.steps_per_call a call)
+    'batch': ((data.BatchIterator, '__next__'),),
+    'put on devices': ((train_step.Pretraining, 'put_batch'), (train_step.Pretraining, 'put_batches')),
+    'train step call': ((train_step.Pretraining, 'step_fn'), (train_step.Pretraining, 'steps_fn')),
+    'metrics sums and loss check': ((trainer._Log, 'add'),),  # pylint: disable=protected-access
+    'metrics written': ((trainer._Log, 'write'),),  # pylint: disable=protected-access
+    'checkpoint': ((checkpoint.Checkpointer, 'save'),),
 }
 
 
@@ -54,38 +54,49 @@ def main():
   parser.add_argument('workdir', help='A new directory for the run (its checkpoint and metrics).')
   parser.add_argument('--steps', type=int, default=400)
   parser.add_argument('--real', action='store_true', help='The quickstart\'s own model and train step.')
+  parser.add_argument('--steps_per_call', type=int, default=1, help='config.steps_per_call.')
   args = parser.parse_args()
   config = small.get_config('quickstart')
-  config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps)
-  seconds, timer = collections.Counter(), {'steps': 0}
-  real = train_step.Pretraining.step_fn
+  config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps, steps_per_call=args.steps_per_call)
+  seconds, timer = collections.Counter(), {'calls': 0, 'steps': 0}
   if not args.real:
     config.model.update(num_layers=1, hidden_size=32, num_heads=1, intermediate_size=64, embedding_size=32)
-    outputs = {}
+    for name in ('step_fn', 'steps_fn'):
+      setattr(train_step.Pretraining, name, returns_at_once(getattr(train_step.Pretraining, name)))
+  for part, methods in PARTS.items():
+    for cls, name in methods:
+      setattr(cls, name, timed(seconds, part, getattr(cls, name)))
 
-    def returns_at_once(self, state, batch, rng):
-      if 'first' not in outputs:  # the first step for real: its compile and run are not the loop's
-        outputs['first'] = jax.block_until_ready(real(self, state, batch, rng))
-      return outputs['first']
-    train_step.Pretraining.step_fn = returns_at_once
-  for part, (cls, name) in PARTS.items():
-    setattr(cls, name, timed(seconds, part, getattr(cls, name)))
-
-  def counting(self, state, batch, rng, step_fn=train_step.Pretraining.step_fn):
-    timer['steps'] += 1
-    if timer['steps'] == 2:  # from the end of the first step (compile, warm-up) on
+  def counting(*args, call=trainer._call):  # pylint: disable=protected-access
+    timer['calls'] += 1
+    if timer['calls'] == 2:  # from the end of the first call (compile, warm-up) on
       timer['start'] = time.perf_counter()
       seconds.clear()
-    return step_fn(self, state, batch, rng)
-  train_step.Pretraining.step_fn = counting
+    state, metrics, steps = call(*args)
+    timer['steps'] += steps if timer['calls'] > 1 else 0
+    return state, metrics, steps
+  trainer._call = counting  # pylint: disable=protected-access
   trainer.train(config, args.workdir)
   total = time.perf_counter() - timer['start']
-  steps = timer['steps'] - 1
+  steps = timer['steps']
   ms = lambda s: f'{1e3 * s / steps:.2f} ms'
   parts = ', '.join(f'{part} {ms(seconds[part])}' for part in PARTS)
   print(f'the loop{" with the real step" if args.real else ""}: {ms(total)} per step on the host over {steps} steps '
-        f'({parts}, the rest {ms(total - sum(seconds.values()))}; batch {config.batch_size} x '
-        f'{config.data.max_seq_length}; {os.cpu_count()} CPUs; {jax.devices()[0].device_kind})', flush=True)
+        f'({parts}, the rest {ms(total - sum(seconds.values()))}; {args.steps_per_call} step(s) a call; batch '
+        f'{config.batch_size} x {config.data.max_seq_length}; {os.cpu_count()} CPUs; '
+        f'{jax.devices()[0].device_kind})', flush=True)
+
+
+def returns_at_once(real):
+  """The train step `real` (step_fn or steps_fn) made to return its first call's outputs at once from then on: the
+  first runs for real (its compile and run are not the loop's)."""
+  outputs = {}
+
+  def step(self, state, batch, rng):
+    if 'first' not in outputs:
+      outputs['first'] = jax.block_until_ready(real(self, state, batch, rng))
+    return outputs['first']
+  return step
 
 
 if __name__ == '__main__':

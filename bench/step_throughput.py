@@ -9,8 +9,8 @@ JAX_THREEFRY_GPU_KERNEL_LOWERING=false, XLA_FLAGS), see bench/gpu_check.py.
 --vs_torch runs the same step written with Hugging Face's PyTorch models (bench/torch_step.py: bf16 autocast, fused
 AdamW and SDPA attention on a GPU) in a process of its own, before this one starts JAX (whose preallocation would
 take 75% of the GPU's memory), and prints both and the ratio.
---steps_per_call=K runs K steps in each call of one compiled program (Pretraining.lower_steps, K batches stacked):
-a step's time is then a call's over K.
+--config.steps_per_call=K runs K steps in each call of one compiled program (Pretraining.steps_fn, K batches
+stacked): a step's time is then a call's over K.
 --compile_only compiles the step, runs the initialiser (its compile) and stops: its RESULT holds those seconds only;
 with --compile_cache=DIR the compiled programs are kept in (and read from) JAX's persistent cache under DIR.
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
@@ -51,8 +51,6 @@ _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transfor
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
 _FRESH_BATCHES = flags.DEFINE_bool('fresh_batches', False, 'Put the batch on the devices again before each timed '
                                    'step, as training does, rather than reuse one device array.')
-_STEPS_PER_CALL = flags.DEFINE_integer('steps_per_call', 1, 'Train steps per call of the compiled program '
-                                      '(Pretraining.lower_steps: a scan over that many batches); times are per step.')
 _PROFILE = flags.DEFINE_integer('profile', 0, 'Trace this many more steps and print where their time goes.')
 _TRACE_DIR = flags.DEFINE_string('trace_dir', '', 'With --profile: keep the trace and the compiled step\'s HLO '
                                  'here (default: a temporary directory).')
@@ -84,17 +82,13 @@ def peak_flops_per_device(dtype: str) -> float:
 
 def time_jax(c, batch, t0: float) -> dict:
   """Seconds of the train step's compile, of the initialiser (its compile and run), to the end of the first step
-  (from `t0`), and per step (a call's time over its --steps_per_call; 'call_seconds' too); with --profile, prints
-  where the time of a step goes."""
+  (from `t0`), and per step (a call's time over its config.steps_per_call; 'call_seconds' too); with --profile,
+  prints where the time of a step goes."""
   run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
-  k = _STEPS_PER_CALL.value
+  k = c.steps_per_call
   start = time.perf_counter()
-  if k == 1:
-    executable = run.compile()  # what step_fn runs from now on
-    step_fn, put = run.step_fn, run.put_batch
-  else:  # k steps a call, each on a copy of the batch (one call's batches stacked)
-    executable = step_fn = run.lower_steps(k).compile()
-    put = lambda b: jax.device_put({name: np.stack([a] * k) for name, a in b.items()}, run.steps_sharding())
+  executable = run.compile()  # what step_fn (steps_fn: k steps a call, each on a copy of the batch) runs from now on
+  step_fn, put = (run.step_fn, run.put_batch) if k == 1 else (run.steps_fn, lambda b: run.put_batches([b] * k))
   compiled = time.perf_counter()
   state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
   initialised = time.perf_counter()
@@ -143,7 +137,7 @@ def time_jax(c, batch, t0: float) -> dict:
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
           'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)) / k, 'steps_per_call': k,
           'peak_gib': memory.get('peak_bytes_in_use', 0) / 2**30,
-          'loss': float(np.ravel(metrics['loss'][0])[-1]), **cuda_graphs(executable), **profile}
+          'loss': float(metrics['loss'][0] / metrics['loss'][1]), **cuda_graphs(executable), **profile}
 
 
 def cuda_graphs(executable) -> dict:

@@ -36,6 +36,10 @@ def get_config():
   config.eval_batches = d.eval_batches
   # 'START,COUNT': trace steps START.. into WORKDIR/tensorboard (TensorBoard's Profile tab).
   config.profile_steps = d.profile_steps
+  # Train steps in each call of the compiled program (a scan over that many batches): the same steps, with the host's
+  # work per call (launches, arguments) spread over them. log_every, checkpoint_every, eval_every, save_steps and
+  # profile_steps must then be multiples of it; train_steps too, or its last steps compile a one-step program.
+  config.steps_per_call = d.steps_per_call
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = m.vocab_size  # 0: take it from the tokenizer.

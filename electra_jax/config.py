@@ -443,6 +443,7 @@ class TrainConfig:
   eval_every: int = 0
   eval_batches: int = 16
   profile_steps: str = ''
+  steps_per_call: int = 1
   # Built when a TrainConfig is, not at import: model.dtype='auto' asks jax for the platform.
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
@@ -452,7 +453,7 @@ class TrainConfig:
 
   def __post_init__(self):
     for name in ('train_steps', 'batch_size', 'grad_accum_steps', 'log_every', 'checkpoint_every',
-                 'keep_checkpoints'):
+                 'keep_checkpoints', 'steps_per_call'):
       if getattr(self, name) <= 0:
         raise ConfigError(f'config key {name} must be positive, got {getattr(self, name)}')
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in self.save_steps):
@@ -488,6 +489,24 @@ class TrainConfig:
       raise ConfigError(f'eval_every={self.eval_every} evaluates on held-out text, and there is none: set '
                         'data.eval_fraction (e.g. 0.01: documents held out of data.source) or data.eval_source, '
                         'or eval_every=0')
+
+  def check_steps_per_call(self):
+    """Raises ConfigError unless the training loop can act after each step it has to: it acts between calls, so
+    with k steps a call every step it logs, evaluates, checkpoints or starts and stops a trace after must be a
+    multiple of k (train_steps need not be: a run's last steps run one a call). The trainer checks; a benchmark of
+    the step alone need not."""
+    k = self.steps_per_call
+    if k == 1:
+      return
+    periodic = {'log_every': self.log_every, 'checkpoint_every': self.checkpoint_every, 'eval_every': self.eval_every}
+    uneven = [f'{name}={every}' for name, every in periodic.items() if every % k]
+    uneven += [f'save_steps {s}' for s in self.save_steps if s % k]
+    profile = self.profile_range()
+    if profile and ((profile[0] - 1) % k or profile[1] % k):
+      uneven.append(f"profile_steps='{self.profile_steps}' (START - 1 and COUNT)")
+    if uneven:
+      raise ConfigError(f'steps_per_call={k} runs {k} steps in each call, and the loop acts only between calls: '
+                        f'make these multiples of {k}: {", ".join(uneven)}; or set steps_per_call=1')
 
   def profile_range(self) -> tuple[int, int] | None:
     """profile_steps 'START,COUNT' as (START, COUNT): trace steps START to START + COUNT - 1; None when ''."""

@@ -14,6 +14,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import traverse_util
 
@@ -163,6 +164,7 @@ class Pretraining:
   _init: Any = dataclasses.field(init=False)  # the initialiser, jitted once
   _batch_checked: bool = dataclasses.field(init=False, default=False)
   _compiled: Any = dataclasses.field(init=False, default=None)  # the train step, once `compile` has run
+  _compiled_steps: Any = dataclasses.field(init=False, default=None)  # steps_per_call > 1: those steps, compiled
   _staged: Any = dataclasses.field(init=False, default=None)  # the last batch `put_batch` staged
 
   def __post_init__(self):
@@ -204,6 +206,19 @@ class Pretraining:
     self._staged = batch if self._staged is None else self._stage(self._staged, batch)
     return self._staged
 
+  def put_batches(self, local_batches: list[dict]) -> dict[str, jax.Array]:
+    """This process's rows of config.steps_per_call batches (numpy) as the stacked global arrays `steps_fn` takes
+    (never staged)."""
+    stacked = {k: np.stack([b[k] for b in local_batches]) for k in local_batches[0]}
+    return sharding.global_batch(stacked, self.steps_sharding())
+
+  def steps_fn(self, state: TrainState, batches, rng):
+    """config.steps_per_call train steps in one call of one program (`lower_steps`), compiled on first use:
+    (state, `put_batches`'s arrays, rng) -> (state, the metrics summed over the steps)."""
+    if self._compiled_steps is None:
+      self._compiled_steps = self.lower_steps().compile()
+    return self._compiled_steps(state, batches, rng)
+
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
     if self._compiled is not None:  # the training loop's path: nothing to trace, so no context to enter
@@ -216,7 +231,13 @@ class Pretraining:
     """Compiles the train step for the configured shapes now, before any batch (ahead of time): a loop that calls
     this first times its steps without the compile. `step_fn` then runs this executable, which takes its inputs
     where it was compiled for: the rng replicated (`jax.device_put(rng, sharding.replicated(mesh))`). Returns the
-    executable (its `as_text()`, `memory_analysis()`); compiled once, a second call returns the same."""
+    executable (its `as_text()`, `memory_analysis()`); compiled once, a second call returns the same. With
+    config.steps_per_call > 1 the program compiled is `steps_fn`'s (the loop's single steps, at a resume or an end
+    between calls, are compiled when first called)."""
+    if self.config.steps_per_call > 1:
+      if self._compiled_steps is None:
+        self._compiled_steps = self.lower_steps().compile()
+      return self._compiled_steps
     if self._compiled is None:
       self._compiled = self.lower().compile()
     return self._compiled
@@ -246,18 +267,20 @@ class Pretraining:
     return jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(self.mesh))
 
   def steps_sharding(self) -> jax.sharding.NamedSharding:
-    """Where `lower_steps`'s batches go: the batch's sharding under a leading axis of steps, not split."""
+    """Where `steps_fn`'s batches go: the batch's sharding under a leading axis of steps, not split."""
     return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
 
-  def lower_steps(self, k: int):
-    """The train step `k` times in one program, lowered: (state, batches, rng) -> (state, metrics), `batches` the
-    k batches' arrays stacked [k, batch, length] in `steps_sharding()`, the metrics stacked [k]. The same steps as
-    k calls of `step_fn` (a scan over them: one step's body compiled), launched by one call: on a GPU the host's
-    launching of a call sets the pace of a small model's step (BENCHMARKS.md). `bench/step_throughput.py
-    --steps_per_call=k` times it; the training loop calls one step at a time."""
+  def lower_steps(self):
+    """config.steps_per_call = k train steps in one program, lowered: (state, batches, rng) -> (state, metrics),
+    `batches` the k batches' arrays stacked [k, batch, length] in `steps_sharding()`, the metrics summed over the k
+    steps (a sum and a count each, as the loop sums steps). The same steps as k calls of `step_fn` (a scan over
+    them: one step's body compiled), launched by one call: on a GPU the host's launching of a call sets the pace of
+    a small model's step (BENCHMARKS.md)."""
     def steps(state, batches, rng):
-      return jax.lax.scan(lambda s, batch: self._train_step(s, batch, rng), state, batches)
+      state, metrics = jax.lax.scan(lambda s, batch: self._train_step(s, batch, rng), state, batches)
+      return state, jax.tree.map(lambda m: m.sum(axis=0), metrics)
     self.check_batch()
+    k = self.config.steps_per_call
     batches = {name: jax.ShapeDtypeStruct((k, *a.shape), a.dtype, sharding=self.steps_sharding())
                for name, a in self.abstract_batch().items()}
     jitted = scaffold.jit_step(steps, self.state_shardings, self.steps_sharding())

@@ -88,9 +88,9 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   try:
     with preemption.StopSignal() as stop:  # every host stops after the same step, whichever got the signal
       while step < end:
-        state, step_metrics = run.step_fn(state, run.put_batch(next(batches)), rng)
-        step += 1
-        log.add(step, step_metrics)
+        state, step_metrics, n = _call(run, state, batches, rng, step, end)
+        step += n
+        log.add(step, step_metrics, n)
         profiler.after_step(step, state)
         evaluated = evaluator(step, state)  # its time paused out of the throughput's timer
         stopping = stop.should_stop()
@@ -99,7 +99,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         elif evaluated:
           log.writer.write(step, evaluated)
         if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
-          log.check_finite(step)
+          log.check_finite()
           checkpointer.save(step, state, batches.get_state())
         if stopping:
           checkpointer.wait()
@@ -120,6 +120,15 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   return log.last
 
 
+def _call(run: train_step.Pretraining, state, batches, rng, step: int, end: int):
+  """One call of the train step from step `step`: (state, metrics, steps taken). config.steps_per_call = k steps
+  when the call starts at a multiple of k and ends by `end`, else one (a run resumed or ending between multiples)."""
+  k = run.config.steps_per_call
+  if k > 1 and step % k == 0 and step + k <= end:
+    return *run.steps_fn(state, run.put_batches([next(batches) for _ in range(k)]), rng), k
+  return *run.step_fn(state, run.put_batch(next(batches)), rng), 1
+
+
 def _prepare(config, workdir):
   """(TrainConfig, Pretraining, tokenizer, batches, workdir as a path, the config to save) of the run `config` in
   `workdir`, with everything the command line says checked and nothing written yet."""
@@ -131,6 +140,7 @@ def _prepare(config, workdir):
   data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
+  c.check_steps_per_call()
   if c.model.vocab_size != tokenizer.vocab_size:
     raise config_lib.ConfigError(f'model.vocab_size={c.model.vocab_size} but the tokenizer has '
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
@@ -201,7 +211,7 @@ class _Log:
     if jax.process_index() == 0:
       print(f'{c.objective.name} pre-training: {self.step_flops:.3e} FLOPs per step (3 x forward matmuls), '
             f'{self.step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
-    self.total = self.previous = self.writer = self.progress = None
+    self.total = self.previous = self.previous_steps = self.writer = self.progress = None
     self.timer = scaffold.Chrono()
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
@@ -212,20 +222,22 @@ class _Log:
     self.progress = scaffold.progress_bar(self.c.train_steps, self.logged_step, 'pre-training')
     self.timer.restart()
 
-  def add(self, step: int, step_metrics):
-    """Adds step `step`'s metrics to the sums, and checks the previous step's loss."""
+  def add(self, step: int, step_metrics, steps: int = 1):
+    """Adds the metrics of the `steps` steps up to step `step` (summed, from one call) to the sums, and checks the
+    previous call's loss."""
     self.total = self._accumulate(self.total, step_metrics)
-    _check_finite(self.previous, step - 1)
-    self.previous = step_metrics
-    self.progress.update(1)
+    self.check_finite()
+    self.previous, self.previous_steps = step_metrics, (step - steps + 1, step)
+    self.progress.update(steps)
 
-  def check_finite(self, step: int):
-    """Raises TrainingError if the loss of step `step` (the last added) is NaN or infinite."""
-    _check_finite(self.previous, step)
+  def check_finite(self):
+    """Raises TrainingError if the loss of the last call added is NaN or infinite."""
+    if self.previous is not None:
+      _check_finite(self.previous, *self.previous_steps)
 
   def write(self, step: int, evaluated: dict[str, float]):
     """Writes the metrics of the steps since the last write, their throughput and `evaluated`, as of step `step`."""
-    self.check_finite(step)
+    self.check_finite()
     c, last = self.c, metrics_lib.summarize(self.total)
     last['tokens_per_second'] = ((step - self.logged_step) * c.batch_size * c.data.max_seq_length
                                  / self.timer.seconds())
@@ -243,13 +255,13 @@ class _Log:
       self.writer.close()
 
 
-def _check_finite(step_metrics, step: int):
-  """Raises TrainingError naming the step and the quantities that are NaN or infinite."""
-  if step_metrics is None:
-    return
+def _check_finite(step_metrics, first: int, last: int):
+  """Raises TrainingError naming the steps `first` to `last` (one call's: their metrics summed) and the quantities
+  that are NaN or infinite."""
   values = jax.device_get({k: step_metrics[k][0] for k in WATCHED if k in step_metrics})
   bad = [f'{k}={float(v)}' for k, v in values.items() if not math.isfinite(float(v))]
   if bad:
-    raise TrainingError(f'step {step}: {", ".join(bad)}. Training stopped; the last good checkpoint is kept. '
+    steps = f'step {last}' if first == last else f'steps {first}-{last}'
+    raise TrainingError(f'{steps}: {", ".join(bad)}. Training stopped; the last good checkpoint is kept. '
                         'Lower optimizer.learning_rate, raise optimizer.warmup_steps, or use model.dtype=float32.',
                         every_process=True)  # the global batch's metrics: every host stops here

@@ -158,10 +158,26 @@ SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminat
     ({'objective__initial_temperature': -1.0}, 'temperature must be positive'),
     ({'objective__disc_weight_warmup_fraction': -0.1}, 'disc_weight_warmup_fraction must be in'),
     ({'objective__duplicate_samples': 'last'}, 'duplicate_samples must be one of first, mean'),
+    ({'steps_per_call': 0}, 'steps_per_call must be positive'),
 ])
 def test_variant_errors(overrides, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.load(_values(**overrides), vocab_size=100)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    # log_every 50 and checkpoint_every 1000 by default: multiples of 5, not of 3.
+    ({'steps_per_call': 3}, r'multiples of 3: log_every=50, checkpoint_every=1000;'),
+    ({'steps_per_call': 5, 'save_steps': (10, 12), 'profile_steps': '12,5'},
+     r"multiples of 5: save_steps 12, profile_steps='12,5' \(START - 1 and COUNT\);"),
+    ({'steps_per_call': 5, 'profile_steps': '10,5'}, r"multiples of 5: profile_steps='10,5'"),
+    ({'steps_per_call': 5, 'eval_every': 12, 'data__eval_fraction': 0.1}, r'multiples of 5: eval_every=12;'),
+])
+def test_the_loop_acts_between_calls_of_several_steps(overrides, message):
+  c = config_lib.load(_values(**overrides), vocab_size=100)  # a benchmark of the step alone takes it
+  with pytest.raises(config_lib.ConfigError, match=message):
+    c.check_steps_per_call()
+  config_lib.load(_values(**{**overrides, 'steps_per_call': 1}), vocab_size=100).check_steps_per_call()
 
 
 @pytest.mark.parametrize('overrides, message', [

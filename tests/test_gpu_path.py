@@ -63,9 +63,10 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   profiled = 'command buffers off'  # gpu_check.PROFILED[0]
   compiles = ['compile: XLA defaults', 'compile: scan_layers', 'compile: autotune off', 'compile: autotune level 1',
               'compile: parallel LLVM compile']
-  assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'loop', *compiles, 'base',
+  assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'loop', 'loop, 5 steps a call',
+                                        *compiles, 'base',
                                         'lever compiles', f'lever: {profiled}', 'lever: prng=rbg',
-                                        'lever: 4 steps a call']
+                                        'lever: 5 steps a call']
   assert all(r['status'] == 'ok' for r in rows), rows
   assert rows[1]['tokens_per_second'] > 0 and rows[1]['torch_step_seconds'] > 0
   assert rows[2]['checkpoint'] and rows[3]['first_step_seconds'] > 0
@@ -73,13 +74,14 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert 0 < printed['compiling the train step...'] < rows[3]['first_step_seconds'], printed
   assert '(at ' in rows[3]['result']
   assert re.match(r'the loop: [0-9.]+ ms per step on the host over 19 steps \(batch [0-9.]+ ms', rows[4]['result'])
-  assert all(r['compile_seconds'] > 0 and 'step compiled in ' in r['result'] for r in rows[5:10])
-  lever_compiles, levers = rows[11]['compile'], rows[12:]
-  assert set(lever_compiles) == {profiled, 'prng=rbg', '4 steps a call'}  # each lever's step beside the others
+  assert re.match(r'the loop: [0-9.]+ ms per step on the host over 15 steps .* 5 step\(s\) a call', rows[5]['result'])
+  assert all(r['compile_seconds'] > 0 and 'step compiled in ' in r['result'] for r in rows[6:11])
+  lever_compiles, levers = rows[12]['compile'], rows[13:]
+  assert set(lever_compiles) == {profiled, 'prng=rbg', '5 steps a call'}  # each lever's step beside the others
   assert all('read from the cache' in r['result'] and r['compile_seconds'] < lever_compiles[r['stage'][7:]]
              for r in levers)
   assert 'profile: ' in levers[0]['result'] and levers[0]['profile_ms']['model'] > 0 and levers[0]['profile_top']
-  assert levers[2]['steps_per_call'] == 4 and 'a call of 4 steps returns in ' in levers[2]['result']
+  assert levers[2]['steps_per_call'] == 5 and 'a call of 5 steps returns in ' in levers[2]['result']
   trace = out / 'trace' / 'command_buffers_off'
   assert 'HloModule' in (trace / 'train_step.hlo.txt').read_text() and list(trace.glob('**/*.xplane.pb'))
   table = (out / 'table.md').read_text()

@@ -18,11 +18,12 @@ import re
 import signal
 import time
 
+import jax
 import numpy as np
 import pytest
 
 from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE  # pylint: disable=g-bad-import-order
-from helpers import LocalProcesses, one_error_line, read_metrics, step_dirs
+from helpers import LocalProcesses, final_params, one_error_line, read_metrics, step_dirs
 
 from electra_jax import data
 from electra_jax.config import DataConfig
@@ -146,6 +147,24 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_the_same_command_resu
   completed(tmp_path / 'run', 2, corpus)
   assert_same_losses(run.workdir, two_processes.workdir)
   assert step_dirs(run.workdir) == ([saved[0], STEPS], [])
+
+
+def test_four_steps_a_call_on_two_processes_stop_together_and_resume_to_the_one_process_run(tmp_path, corpus,
+                                                                                            one_process):
+  """config.steps_per_call=4 on 2 processes: each feeds its rows of 4 batches a call; SIGTERM to process 1 while
+  the step compiles stops both after the first call (4 steps a call run the 32 steps in ~3 s here: a signal sent
+  during the steps may come after them), and the same command trains on to the one-process run's parameters (its
+  steps one a call) and data position."""
+  flags = ('--config.steps_per_call=4', '--config.log_every=4')
+  run = Run(tmp_path / 'run', 2, corpus, *flags)
+  saved = stop_with_signals(run, {1: signal.SIGTERM}, lambda: 'FLOPs per step' in run.output(0), within=TIMEOUT)
+  assert saved == [4, 4]
+  completed(tmp_path / 'run', 2, corpus, *flags)
+  params, data_state = final_params(run.workdir)
+  expected_params, expected_data = final_params(one_process.workdir)
+  assert data_state == expected_data
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), params, expected_params)
+  assert [m['step'] for m in read_metrics(run.workdir)] == list(range(4, STEPS + 1, 4))
 
 
 def test_signals_to_all_then_resume_on_one_process(tmp_path, corpus, one_process):

@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec
 from configs import default
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
+from electra_jax import metrics as metrics_lib
 from electra_jax import objective, optimizer, sharding, train_step
 from electra_jax.train_step import Pretraining
 from helpers import SPECIAL, override  # pylint: disable=g-bad-import-order
@@ -146,23 +147,23 @@ def test_one_step_returns_every_metric(run, batch, initial):
   assert all(jax.tree.leaves(changed))
 
 
-def test_steps_in_one_call_are_the_steps_one_call_each(run, initial):
-  """lower_steps(3): three steps scanned in one program take the state and give the metrics that three calls of
-  the step do, each on its own batch (the metrics stacked)."""
+def test_steps_in_one_call_are_the_steps_one_call_each(initial):
+  """steps_per_call=3: three steps scanned in one program take the state that three calls of the step do, each on
+  its own batch, and give their metrics summed (sums and counts, as the loop adds steps)."""
+  mesh = sharding.make_mesh(_config().mesh)
+  one = Pretraining(_config(), SPECIAL, mesh)
+  three = Pretraining(_config(steps_per_call=3, log_every=3, checkpoint_every=3), SPECIAL, mesh)
   local = [_numpy_batch(seed) for seed in range(3)]
-  state = _fresh(run, initial, step=1)
-  one_at_a_time = []
+  state, summed = _fresh(one, initial, step=1), None
   for b in local:
-    state, metrics = run.step_fn(state, sharding.global_batch(b, run.batch_sharding), _rng())
-    one_at_a_time.append(_host(metrics))
-  stacked = {k: np.stack([b[k] for b in local]) for k in local[0]}
-  steps = run.lower_steps(3).compile()
-  together, metrics = steps(_fresh(run, initial, step=1), jax.device_put(stacked, run.steps_sharding()), _rng())
-  assert int(together.step) == 4 and metrics['loss'][0].shape == (3,)
-  for i, expected in enumerate(one_at_a_time):
-    for name, (numerator, denominator) in expected.items():
-      np.testing.assert_allclose(np.asarray(metrics[name][0])[i], numerator, rtol=2e-5, err_msg=name)
-      np.testing.assert_array_equal(np.asarray(metrics[name][1])[i], denominator, err_msg=name)
+    state, metrics = one.step_fn(state, one.put_batch(b), _rng())
+    summed = metrics_lib.accumulate(summed, metrics)
+  together, metrics = three.steps_fn(_fresh(three, initial, step=1), three.put_batches(local), _rng())
+  assert int(together.step) == 4 and set(metrics) == set(summed)
+  for name, (numerator, denominator) in _host(summed).items():
+    np.testing.assert_allclose(np.asarray(metrics[name][0]), numerator, rtol=2e-5, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(metrics[name][1]), denominator, err_msg=name)
+  assert float(metrics['gen_accuracy'][1]) == 3 * 13  # three batches of 13 selected positions (see above)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7), _host(together.params),
                _host(state.params))
 

@@ -72,6 +72,32 @@ def test_staged_batches_train_as_fresh_ones(tmp_path, corpus_file, cache_dir, on
   assert_same_run(config, one_go, tmp_path)
 
 
+def test_steps_per_call_trains_the_same_steps_and_resumes_between_calls(tmp_path, corpus_file, cache_dir, one_go):
+  """steps_per_call=2: the 8 steps as 4 calls of two, and a run stopped after step 3 then resumed (steps 3 and 4
+  one a call, the rest two a call): the uninterrupted run's parameters, data position and losses (logged every 2
+  steps: the mean of each pair of its steps)."""
+  config = tiny_config(corpus_file, cache_dir, steps_per_call=2, log_every=2, **DROPOUT)
+  expected = [m['loss'] for m in read_metrics(one_go)]
+  pairs = [(a + b) / 2 for a, b in zip(expected[::2], expected[1::2])]
+  for workdir, stop_after in ((tmp_path / 'one_go', None), (tmp_path / 'resumed', 3)):
+    if stop_after:
+      trainer.train(config, workdir, stop_after=stop_after)
+      assert [m['step'] for m in read_metrics(workdir)] == [2, 3]
+    trainer.train(config, workdir)
+    params, data_state = final_params(workdir)
+    params_one_go, data_one_go = final_params(one_go)
+    assert data_state == data_one_go
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), params, params_one_go)
+  logged = read_metrics(tmp_path / 'one_go')
+  assert [m['step'] for m in logged] == [2, 4, 6, 8]
+  np.testing.assert_allclose([m['loss'] for m in logged], pairs, rtol=1e-5)
+  assert [m['step'] for m in read_metrics(tmp_path / 'resumed')] == [2, 3, 4, 6, 8]  # 3: where the first one ended
+  with pytest.raises(config_lib.ConfigError, match=r'steps_per_call=2 runs 2 steps in each call.*make these '
+                     r'multiples of 2: log_every=3; or set steps_per_call=1'):
+    trainer.train(tiny_config(corpus_file, cache_dir, steps_per_call=2, log_every=3), tmp_path / 'refused')
+  assert not (tmp_path / 'refused').exists()
+
+
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
   config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   with sigterm_at_step(3):
