@@ -213,11 +213,9 @@ class Pretraining:
     return sharding.global_batch(stacked, self.steps_sharding())
 
   def steps_fn(self, state: TrainState, batches, rng):
-    """config.steps_per_call train steps in one call of one program (`lower_steps`), compiled on first use:
-    (state, `put_batches`'s arrays, rng) -> (state, the metrics summed over the steps)."""
-    if self._compiled_steps is None:
-      self._compiled_steps = self.lower_steps().compile()
-    return self._compiled_steps(state, batches, rng)
+    """config.steps_per_call (> 1) train steps in one call of one program (`lower_steps`; `compile` compiles it,
+    once): (state, `put_batches`'s arrays, rng) -> (state, the metrics summed over the steps)."""
+    return self.compile()(state, batches, rng)
 
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
