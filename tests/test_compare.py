@@ -33,6 +33,11 @@ def test_steps_for_budget_by_hand():
   assert compare.steps_for_budget(1e12, 2.4e9) == 417
   assert compare.steps_for_budget(7e9, 4e9) == 2  # 1.75
   assert compare.steps_for_budget(2.1e9, 4e9) == 1  # 0.525: more than half a step still trains one
+  # With 5 steps a call (steps_per_call): the nearest multiple of 5. 333.3 -> 335; 416.7 -> 415; 2.6 -> 5.
+  assert [compare.steps_for_budget(1e12, f, multiple=5) for f in (3e9, 2.4e9)] == [335, 415]
+  assert compare.steps_for_budget(1.05e10, 4e9, multiple=5) == 5
+  with pytest.raises(ConfigError, match=r'less than half of 5 steps \(steps_per_call\) of electra'):
+    compare.steps_for_budget(9e9, 4e9, 'electra', multiple=5)  # 2.25 steps
   with pytest.raises(ConfigError, match='less than half a step of mlm'):
     compare.steps_for_budget(1.9e9, 4e9, 'mlm')  # 0.475
   assert [compare.budget_name(b) for b in (5e12, 1.5e13, 4.5e13, 3e9)] == ['5e12', '1.5e13', '4.5e13', '3e09']
@@ -98,6 +103,20 @@ def test_comma_lists_and_a_stopped_pretraining(grammar_corpus, cache_dir, tmp_pa
   monkeypatch.setattr(compare.trainer, 'train', lambda config, workdir, stop_after=None: None)
   with pytest.raises(compare.trainer.TrainingError, match='run the same command again'):
     compare.pretrain(plans[0], str(tmp_path / 'pre'))
+
+
+def test_budgets_at_several_steps_a_call_are_multiples_of_it(grammar_corpus, cache_dir, tmp_path):
+  """pretrain.steps_per_call=5: each budget's step (a checkpoint the loop writes between calls) is the nearest
+  multiple of 5, and a log period that is not one is refused before anything trains."""
+  config = tiny_config(grammar_corpus, cache_dir, str(tmp_path))
+  config.pretrain.update(steps_per_call=5, log_every=5)
+  per_step = compare.plan(config)[0].flops_per_step  # electra's
+  config.flops_budgets = (7.4 * per_step, 13 * per_step)
+  electra = compare.plan(config)[0]
+  assert electra.steps == (5, 15) and electra.config.save_steps == (5, 15) and electra.config.train_steps == 15
+  config.pretrain.log_every = 1
+  with pytest.raises(ConfigError, match='make these multiples of 5: log_every=1;'):
+    compare.plan(config)
 
 
 def test_cli_unknown_config_key_is_one_line(tmp_path):

@@ -63,11 +63,13 @@ class Plan:
   generator_train_flops: float = 0.0  # electra_frozen: what its generator cost to train (not in its budget)
 
 
-def steps_for_budget(budget: float, flops_per_step: float, name: str = '') -> int:
-  """The step count whose training FLOPs are nearest `budget`: round(budget / flops_per_step), at least 1."""
-  steps = round(budget / flops_per_step)
+def steps_for_budget(budget: float, flops_per_step: float, name: str = '', multiple: int = 1) -> int:
+  """The step count, a multiple of `multiple` (the run's steps_per_call: its loop checkpoints between calls), whose
+  training FLOPs are nearest `budget`: multiple * round(budget / (multiple * flops_per_step)), at least `multiple`."""
+  steps = multiple * round(budget / (multiple * flops_per_step))
   if steps < 1:
-    raise ConfigError(f'a budget of {budget:.3g} FLOPs is less than half a step of {name or "the run"} '
+    half = 'half a step' if multiple == 1 else f'half of {multiple} steps (steps_per_call)'
+    raise ConfigError(f'a budget of {budget:.3g} FLOPs is less than {half} of {name or "the run"} '
                       f'({flops_per_step:.3g} FLOPs per step); raise flops_budgets')
   return steps
 
@@ -165,11 +167,12 @@ def plan(config, workdir=None) -> list[Plan]:
     except data.DataError as e:  # its message names a pre-training config's keys (data.source): here pretrain.*
       raise data.DataError(re.sub(r'(?<![\w./])data\.(?=\w)', 'pretrain.data.', str(e))) from None
     c = config_lib.load(run, vocab_size=vocab_size)
+    c.check_steps_per_call()  # its save_steps below are multiples of steps_per_call; the periods must be too
     spec, source, generator_train_flops = objective.get(c.objective.name), None, 0.0
     if spec.frozen_generator:  # its generator's forward pass, from the generator run's config
       source, generator_train_flops = _frozen_generator(run, c, plans, workdir)
     per_step = spec.train_flops_per_step(c, source)
-    steps = tuple(steps_for_budget(b, per_step, name) for b in config.flops_budgets)
+    steps = tuple(steps_for_budget(b, per_step, name, c.steps_per_call) for b in config.flops_budgets)
     run.train_steps = max(steps)
     run.save_steps = tuple(sorted(set(steps)))
     plans[name] = Plan(name, run, per_step, steps, generator_train_flops)
