@@ -12,7 +12,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
              warm (the same compiled step): seconds from launch to its first step, and to each of its lines
              (the train step's compile, the restore): where those seconds went;
   loop       the quickstart's training loop again, its parts timed on the host (bench/loop_overhead.py --real: the
-             batch, putting it on the GPU, calling the step, waiting for the step before, logging);
+             batch, putting it on the GPU, calling the step, waiting for the step before, logging); then again with
+             5 steps a call (config.steps_per_call);
   compile    the Small step compiled alone from an empty compile cache (the first step's largest part), with XLA's
              defaults and with each of COMPILE_LEVERS;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
@@ -22,8 +23,10 @@ the budget is skipped (a second run with --stages=... takes the rest):
              levers (without command buffers: CUDA graphs) are also profiled: the kernels' time per part of the step
              against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
              (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace/LEVER.
-Logs go to OUTDIR/logs/STAGE.log; the table at the end goes to stdout and OUTDIR/table.md, the numbers to
-OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with tiny sizes in about two minutes (a test does).
+The timed runs log XLA's command buffers (GRAPH_LOG): each row says how many CUDA graphs were launched and how many
+were updated first, and what the updates cost the host. Logs go to OUTDIR/logs/STAGE.log; the table at the end goes
+to stdout and OUTDIR/table.md, the numbers to OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with
+tiny sizes in about two minutes (a test does).
 
 The packages the GPU image may lack (ml_collections, tensorboardX, grain, array_record, portpicker) are
 installed from wheels in WHEELS (default .whl/ in the repository) into a folder of their own, when an import
