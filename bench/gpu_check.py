@@ -81,7 +81,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # Five steps in each call of one program (Pretraining.steps_fn: a scan over five batches): the host's work
     # per call (the arguments, the launches, the graphs' updates) spread over five steps; with loops recorded and
     # threefry inline, the five steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
-    # graphs and 24 kernels alone a step; 4 steps compiled in 31 s against 26). Training batches are new every call.
+    # graphs and 24 kernels alone a step; compiled in 31 s against 26). Training batches are new every call.
     '5 steps a call': ({}, STEPS_5),
     '5 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_5),
     '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_5, '--fresh_batches']),
