@@ -85,6 +85,8 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     '5 steps a call': ({}, STEPS_5),
     '5 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_5),
     '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_5, '--fresh_batches']),
+    '5 steps a call in one CUDA graph, fresh batches, staged': ({**ONE_GRAPH, 'ELECTRA_JAX_STAGE_BATCHES': '1'},
+                                                               [*STEPS_5, '--fresh_batches']),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),

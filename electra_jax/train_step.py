@@ -165,7 +165,7 @@ class Pretraining:
   _batch_checked: bool = dataclasses.field(init=False, default=False)
   _compiled: Any = dataclasses.field(init=False, default=None)  # the train step, once `compile` has run
   _compiled_steps: Any = dataclasses.field(init=False, default=None)  # steps_per_call > 1: those steps, compiled
-  _staged: Any = dataclasses.field(init=False, default=None)  # the last batch `put_batch` staged
+  _staged: dict = dataclasses.field(init=False, default_factory=dict)  # by sharding: the last batch(es) staged
 
   def __post_init__(self):
     c = self.config
@@ -185,7 +185,8 @@ class Pretraining:
     self._train_step = step  # not jitted: `lower_steps` scans it
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
-    self._stage = jax.jit(_copy_into, donate_argnums=0, out_shardings=self.batch_sharding)
+    self._stage = {s: jax.jit(_copy_into, donate_argnums=0, out_shardings=s)  # put_batch's, put_batches'
+                   for s in (self.batch_sharding, self.steps_sharding())}
 
   def check_batch(self):
     """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.
@@ -200,17 +201,19 @@ class Pretraining:
     ELECTRA_JAX_STAGE_BATCHES=1 the arrays of the batch before (donated), overwritten, so that the step's inputs
     keep their device addresses from step to step. On a GPU XLA updates a step's CUDA graph (command buffers) whose
     inputs moved; the GPU check's levers `fresh batches` measure what that costs."""
-    batch = sharding.global_batch(local_batch, self.batch_sharding)
-    if os.environ.get('ELECTRA_JAX_STAGE_BATCHES', '0') != '1':
-      return batch
-    self._staged = batch if self._staged is None else self._stage(self._staged, batch)
-    return self._staged
+    return self._put(local_batch, self.batch_sharding)
 
   def put_batches(self, local_batches: list[dict]) -> dict[str, jax.Array]:
-    """This process's rows of config.steps_per_call batches (numpy) as the stacked global arrays `steps_fn` takes
-    (never staged)."""
-    stacked = {k: np.stack([b[k] for b in local_batches]) for k in local_batches[0]}
-    return sharding.global_batch(stacked, self.steps_sharding())
+    """This process's rows of config.steps_per_call batches (numpy) as the stacked global arrays `steps_fn` takes;
+    staged as `put_batch` stages with ELECTRA_JAX_STAGE_BATCHES=1."""
+    return self._put({k: np.stack([b[k] for b in local_batches]) for k in local_batches[0]}, self.steps_sharding())
+
+  def _put(self, local: dict, where: jax.sharding.NamedSharding) -> dict[str, jax.Array]:
+    arrays = sharding.global_batch(local, where)
+    if os.environ.get('ELECTRA_JAX_STAGE_BATCHES', '0') != '1':
+      return arrays
+    self._staged[where] = arrays if where not in self._staged else self._stage[where](self._staged[where], arrays)
+    return self._staged[where]
 
   def steps_fn(self, state: TrainState, batches, rng):
     """config.steps_per_call (> 1) train steps in one call of one program (`lower_steps`; `compile` compiles it,

@@ -82,6 +82,13 @@ def test_staged_batches_keep_their_device_buffers(run, monkeypatch):
     assert pointers(staged) == where and staged['input_ids'].sharding == run.batch_sharding
     for k in local:
       np.testing.assert_array_equal(np.asarray(staged[k]), moved[k])
+  # Stacked batches (put_batches, for steps_fn) have arrays of their own, staged alike.
+  run.put_batches([local, local])
+  first = pointers(run.put_batches([local, local]))  # the first put's arrays may be numpy's memory (above)
+  stacked = run.put_batches([local, moved])
+  assert pointers(stacked) == first and stacked['input_ids'].sharding == run.steps_sharding()
+  np.testing.assert_array_equal(np.asarray(stacked['input_ids'][1]), moved['input_ids'])
+  assert pointers(run.put_batch(local)) == where
   monkeypatch.delenv('ELECTRA_JAX_STAGE_BATCHES')
   assert pointers(run.put_batch(local)) != where  # new arrays, as without the switch
 

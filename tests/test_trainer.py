@@ -72,15 +72,18 @@ def test_staged_batches_train_as_fresh_ones(tmp_path, corpus_file, cache_dir, on
   assert_same_run(config, one_go, tmp_path)
 
 
-def test_steps_per_call_trains_the_same_steps_and_resumes_between_calls(tmp_path, corpus_file, cache_dir, one_go):
+def test_steps_per_call_trains_the_same_steps_and_resumes_between_calls(tmp_path, corpus_file, cache_dir, one_go,
+                                                                       monkeypatch):
   """steps_per_call=2: the 8 steps as 4 calls of two, and a run stopped after step 3 then resumed (steps 3 and 4
-  one a call, the rest two a call): the uninterrupted run's parameters, data position and losses (logged every 2
-  steps: the mean of each pair of its steps)."""
+  one a call, the rest two a call) with its batches staged (ELECTRA_JAX_STAGE_BATCHES=1: single and stacked ones
+  each in their own arrays): the uninterrupted run's parameters, data position and losses (logged every 2 steps:
+  the mean of each pair of its steps)."""
   config = tiny_config(corpus_file, cache_dir, steps_per_call=2, log_every=2, **DROPOUT)
   expected = [m['loss'] for m in read_metrics(one_go)]
   pairs = [(a + b) / 2 for a, b in zip(expected[::2], expected[1::2])]
   for workdir, stop_after in ((tmp_path / 'one_go', None), (tmp_path / 'resumed', 3)):
     if stop_after:
+      monkeypatch.setenv('ELECTRA_JAX_STAGE_BATCHES', '1')
       trainer.train(config, workdir, stop_after=stop_after)
       assert [m['step'] for m in read_metrics(workdir)] == [2, 3]
     trainer.train(config, workdir)
