@@ -4,9 +4,10 @@ r"""Pre-training objectives compared at equal compute, on downstream tasks, agai
       [--config.flops_budgets=1e13,3e13 --config.tasks="'DIR1','DIR2'" --config.seeds=5]
 
 For each run in `objectives`: its FLOPs per step (`objective.train_flops_per_step`, what the trainer logs as
-`train_flops`) give each budget a step count, round(budget / FLOPs per step). ONE pre-training run goes to the
-largest budget's step and keeps a checkpoint at every budget's step (`save_steps`), so the smaller budgets are
-intermediate checkpoints of that run: their learning-rate schedule is the largest budget's (not yet decayed to 0).
+`train_flops`) give each budget a step count, round(budget / FLOPs per step) (the nearest multiple of
+pretrain.steps_per_call). ONE pre-training run goes to the largest budget's step and keeps a checkpoint at every
+budget's step (`save_steps`), so the smaller budgets are intermediate checkpoints of that run: their learning-rate
+schedule is the largest budget's (not yet decayed to 0).
 Every checkpoint, and the same model from random initialisation, is fine-tuned on every task with `seeds` seeds.
 
 Outputs under WORKDIR:
