@@ -151,13 +151,14 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_the_same_command_resu
 
 def test_four_steps_a_call_on_two_processes_stop_together_and_resume_to_the_one_process_run(tmp_path, corpus,
                                                                                             one_process):
-  """config.steps_per_call=4 on 2 processes: each feeds its rows of 4 batches a call; SIGTERM to process 1 as the
-  steps are about to start (4 steps a call run the 32 steps in ~3 s here: a signal sent during them may come after
-  them) stops both after the same call, and the same command trains on to the one-process run's parameters (its
-  steps one a call) and data position."""
+  """config.steps_per_call=4 on 2 processes: each feeds its rows of 4 batches a call; SIGTERM to process 1 once
+  the step starts compiling (4 steps a call run the 32 steps in ~3 s here, and jax's stop notice has taken seconds
+  to reach every process: a signal sent during the steps may come after them) stops both after the same call, and
+  the same command trains on to the one-process run's parameters (its steps one a call) and data position."""
   flags = ('--config.steps_per_call=4', '--config.log_every=4')
   run = Run(tmp_path / 'run', 2, corpus, *flags)
-  saved = stop_with_signals(run, {1: signal.SIGTERM}, lambda: 'FLOPs per step' in run.output(0), within=TIMEOUT)
+  saved = stop_with_signals(run, {1: signal.SIGTERM}, lambda: 'compiling the train step' in run.output(0),
+                            within=TIMEOUT)
   assert saved[0] == saved[1] < STEPS and saved[0] % 4 == 0, saved
   completed(tmp_path / 'run', 2, corpus, *flags)
   params, data_state = final_params(run.workdir)
