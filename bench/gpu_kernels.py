@@ -38,14 +38,13 @@ _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _TOPOLOGY = flags.DEFINE_string('topology', 'h100:1', 'GPUs to compile for (electra_jax.gpu_targets).')
 _DUMP = flags.DEFINE_string('dump', '', 'Write the compiled HLO texts into this directory.')
 _STEP = flags.DEFINE_bool('step', True, 'Compile the train step.')
-
 _INIT = flags.DEFINE_bool('init', True, 'Compile the initialiser.')
 
 
-def timed_compile(jitted, *args, **kwargs):
+def timed_compile(jitted, args):
   """(compiled, {trace, lower, compile: seconds}) of jitted(*args)."""
   t0 = time.perf_counter()
-  traced = jitted.trace(*args, **kwargs)
+  traced = jitted.trace(*args)
   t1 = time.perf_counter()
   lowered = traced.lower()
   t2 = time.perf_counter()
@@ -116,22 +115,15 @@ def main(argv):
         flush=True)
   run = Pretraining(c, TRAINED_TOKENIZER_IDS, mesh)
   run.check_batch()
-  if _STEP.value and c.steps_per_call > 1:
-    t0 = time.perf_counter()
-    lowered = run.lower_steps()
-    t1 = time.perf_counter()
-    step = lowered.compile()
-    seconds = {'trace': 0.0, 'lower': t1 - t0, 'compile': time.perf_counter() - t1}  # trace: within lower here
-    dump('train_steps', step)
-    print(describe(f'{c.steps_per_call} train steps in one call', step, seconds), flush=True)
-  elif _STEP.value:
+  if _STEP.value:
+    k = c.steps_per_call
     with sharding.activate(mesh, c.mesh.rules), scaffold.threefry_kernels():  # as Pretraining.lower lowers it
-      step, seconds = timed_compile(run._step, run.abstract_state(), run.abstract_batch(), run.abstract_key())  # pylint: disable=protected-access
+      step, seconds = timed_compile(*run.jitted(k))
     dump('train_step', step)
-    print(describe('train step', step, seconds), flush=True)
+    print(describe('train step' if k == 1 else f'{k} train steps in one call', step, seconds), flush=True)
   if _INIT.value:
     with scaffold.threefry_kernels():  # as Pretraining.init_state compiles it
-      init, seconds = timed_compile(run._init.device, run.abstract_key())  # pylint: disable=protected-access
+      init, seconds = timed_compile(run._init.device, (run.abstract_key(),))  # pylint: disable=protected-access
     dump('init', init)
     print(describe('initialiser', init, seconds), flush=True)
 

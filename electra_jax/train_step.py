@@ -161,10 +161,11 @@ class Pretraining:
   state_shardings: Any = dataclasses.field(init=False)
   _abstract_state: Any = dataclasses.field(init=False)
   batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
+  # `steps_fn`'s batches: the batch's sharding under a leading axis of steps, not split
+  steps_batch_sharding: jax.sharding.NamedSharding = dataclasses.field(init=False)
   _init: Any = dataclasses.field(init=False)  # the initialiser, jitted once
   _batch_checked: bool = dataclasses.field(init=False, default=False)
-  _compiled: Any = dataclasses.field(init=False, default=None)  # the train step, once `compile` has run
-  _compiled_steps: Any = dataclasses.field(init=False, default=None)  # steps_per_call > 1: those steps, compiled
+  _compiled: dict = dataclasses.field(init=False, default_factory=dict)  # {steps a call: executable} (`compile`)
   _staged: dict = dataclasses.field(init=False, default_factory=dict)  # by sharding: the last batch(es) staged
 
   def __post_init__(self):
@@ -179,14 +180,16 @@ class Pretraining:
     self.tx = spec.optimizer(tx)
     self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
+    self.steps_batch_sharding = jax.sharding.NamedSharding(
+        self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
                              grad_accum_steps=c.grad_accum_steps, flat_norm=flat_norm)
-    self._train_step = step  # not jitted: `lower_steps` scans it
+    self._train_step = step  # not jitted: `jitted` scans it for several steps a call
     self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
     self._stage = {s: jax.jit(_copy_into, donate_argnums=0, out_shardings=s)  # put_batch's, put_batches'
-                   for s in (self.batch_sharding, self.steps_sharding())}
+                   for s in (self.batch_sharding, self.steps_batch_sharding)}
 
   def check_batch(self):
     """Raises ConfigError unless the batch splits over the mesh (`sharding.check_batch`); checks once per run.
@@ -206,7 +209,7 @@ class Pretraining:
   def put_batches(self, local_batches: list[dict]) -> dict[str, jax.Array]:
     """This process's rows of config.steps_per_call batches (numpy) as the stacked global arrays `steps_fn` takes;
     staged as `put_batch` stages with ELECTRA_JAX_STAGE_BATCHES=1."""
-    return self._put({k: np.stack([b[k] for b in local_batches]) for k in local_batches[0]}, self.steps_sharding())
+    return self._put({k: np.stack([b[k] for b in local_batches]) for k in local_batches[0]}, self.steps_batch_sharding)
 
   def _put(self, local: dict, where: jax.sharding.NamedSharding) -> dict[str, jax.Array]:
     arrays = sharding.global_batch(local, where)
@@ -216,14 +219,14 @@ class Pretraining:
     return self._staged[where]
 
   def steps_fn(self, state: TrainState, batches, rng):
-    """config.steps_per_call (> 1) train steps in one call of one program (`lower_steps`; `compile` compiles it,
-    once): (state, `put_batches`'s arrays, rng) -> (state, the metrics summed over the steps)."""
+    """config.steps_per_call (> 1) train steps in one call of one program (`jitted`; `compile` compiles it, once):
+    (state, `put_batches`'s arrays, rng) -> (state, the metrics summed over the steps)."""
     return self.compile()(state, batches, rng)
 
   def step_fn(self, state: TrainState, batch, rng):
     """The compiled train step (traced on first call with the mesh and logical axis rules active)."""
-    if self._compiled is not None:  # the training loop's path: nothing to trace, so no context to enter
-      return self._compiled(state, batch, rng)
+    if 1 in self._compiled:  # the training loop's path: nothing to trace, so no context to enter
+      return self._compiled[1](state, batch, rng)
     self.check_batch()
     with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
       return self._step(state, batch, rng)
@@ -235,13 +238,10 @@ class Pretraining:
     executable (its `as_text()`, `memory_analysis()`); compiled once, a second call returns the same. With
     config.steps_per_call > 1 the program compiled is `steps_fn`'s (the loop's single steps, at a resume or an end
     between calls, are compiled when first called)."""
-    if self.config.steps_per_call > 1:
-      if self._compiled_steps is None:
-        self._compiled_steps = self.lower_steps().compile()
-      return self._compiled_steps
-    if self._compiled is None:
-      self._compiled = self.lower().compile()
-    return self._compiled
+    steps = self.config.steps_per_call
+    if steps not in self._compiled:
+      self._compiled[steps] = self.lower(steps).compile()
+    return self._compiled[steps]
 
   def _init_boxed(self, rng):
     """A fresh TrainState whose leaves are still boxed with their logical axis names."""
@@ -267,33 +267,32 @@ class Pretraining:
   def abstract_key(self) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(self.mesh))
 
-  def steps_sharding(self) -> jax.sharding.NamedSharding:
-    """Where `steps_fn`'s batches go: the batch's sharding under a leading axis of steps, not split."""
-    return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
+  def jitted(self, steps: int = 1):
+    """(the jitted train step, or `steps` of them in one program, and the abstract arguments it compiles for).
+    Several steps a call: (state, batches, rng) -> (state, metrics), `batches` the steps' batches stacked [steps,
+    batch, length] in `steps_batch_sharding`, the metrics summed over the steps (a sum and a count each, as the loop
+    sums steps). The same steps as that many calls of `step_fn` (a scan over them: one step's body compiled),
+    launched by one call: on a GPU the host's launching of a call sets the pace of a small model's step
+    (BENCHMARKS.md). Trace and lower it as `lower` does."""
+    if steps == 1:
+      return self._step, (self.abstract_state(), self.abstract_batch(), self.abstract_key())
 
-  def lower_steps(self):
-    """config.steps_per_call = k train steps in one program, lowered: (state, batches, rng) -> (state, metrics),
-    `batches` the k batches' arrays stacked [k, batch, length] in `steps_sharding()`, the metrics summed over the k
-    steps (a sum and a count each, as the loop sums steps). The same steps as k calls of `step_fn` (a scan over
-    them: one step's body compiled), launched by one call: on a GPU the host's launching of a call sets the pace of
-    a small model's step (BENCHMARKS.md)."""
-    def steps(state, batches, rng):
+    def scanned(state, batches, rng):
       state, metrics = jax.lax.scan(lambda s, batch: self._train_step(s, batch, rng), state, batches)
       return state, jax.tree.map(lambda m: m.sum(axis=0), metrics)
-    self.check_batch()
-    k = self.config.steps_per_call
-    batches = {name: jax.ShapeDtypeStruct((k, *a.shape), a.dtype, sharding=self.steps_sharding())
+    batches = {name: jax.ShapeDtypeStruct((steps, *a.shape), a.dtype, sharding=self.steps_batch_sharding)
                for name, a in self.abstract_batch().items()}
-    jitted = scaffold.jit_step(steps, self.state_shardings, self.steps_sharding())
-    with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
-      return jitted.lower(self.abstract_state(), batches, self.abstract_key())
+    jitted = scaffold.jit_step(scanned, self.state_shardings, self.steps_batch_sharding)
+    return jitted, (self.abstract_state(), batches, self.abstract_key())
 
-  def lower(self):
-    """Lowers the train step for the configured shapes without allocating anything (compile-only checks). On GPUs,
-    threefry (dropout, the generator's samples) is lowered to its CUDA kernel (scaffold.threefry_kernels)."""
+  def lower(self, steps: int = 1):
+    """Lowers the train step (`steps` of them a call: `jitted`) for the configured shapes without allocating
+    anything (compile-only checks). On GPUs, threefry (dropout, the generator's samples) is lowered to its CUDA
+    kernel (scaffold.threefry_kernels)."""
     self.check_batch()
+    jitted, args = self.jitted(steps)
     with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
-      return self._step.lower(self.abstract_state(), self.abstract_batch(), self.abstract_key())
+      return jitted.lower(*args)
 
 
 def _copy_into(old: dict, new: dict) -> dict:

@@ -86,7 +86,7 @@ def test_staged_batches_keep_their_device_buffers(run, monkeypatch):
   run.put_batches([local, local])
   first = pointers(run.put_batches([local, local]))  # the first put's arrays may be numpy's memory (above)
   stacked = run.put_batches([local, moved])
-  assert pointers(stacked) == first and stacked['input_ids'].sharding == run.steps_sharding()
+  assert pointers(stacked) == first and stacked['input_ids'].sharding == run.steps_batch_sharding
   np.testing.assert_array_equal(np.asarray(stacked['input_ids'][1]), moved['input_ids'])
   assert pointers(run.put_batch(local)) == where
   monkeypatch.delenv('ELECTRA_JAX_STAGE_BATCHES')
