@@ -211,7 +211,7 @@ class _Log:
     if jax.process_index() == 0:
       print(f'{c.objective.name} pre-training: {self.step_flops:.3e} FLOPs per step (3 x forward matmuls), '
             f'{self.step_flops * c.train_steps:.3e} for {c.train_steps} steps', file=sys.stderr)
-    self.total = self.previous = self.previous_steps = self.writer = self.progress = None
+    self.total = self.previous = self.previous_steps = self.writer = self.progress = None  # previous: unchecked
     self.timer = scaffold.Chrono()
     self._accumulate = jax.jit(metrics_lib.accumulate)
 
@@ -231,9 +231,11 @@ class _Log:
     self.progress.update(steps)
 
   def check_finite(self):
-    """Raises TrainingError if the loss of the last call added is NaN or infinite."""
+    """Raises TrainingError if the loss of the last call added is NaN or infinite; reads it from the device once
+    (a step that is logged and checkpointed is checked once, not again by the next `add`)."""
     if self.previous is not None:
       _check_finite(self.previous, *self.previous_steps)
+      self.previous = None
 
   def write(self, step: int, evaluated: dict[str, float]):
     """Writes the metrics of the steps since the last write, their throughput and `evaluated`, as of step `step`."""
