@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,8 +61,8 @@ NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA gr
 # layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
 LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
-STEPS_5 = ['--config.steps_per_call=5']  # divides every config's log_every and checkpoint_every
-LOOP_STEPS_PER_CALL = 5
+STEPS_PER_CALL = 5  # divides every config's log_every and checkpoint_every
+SEVERAL_STEPS = [f'--config.steps_per_call={STEPS_PER_CALL}']
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
@@ -82,11 +83,11 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # per call (the arguments, the launches, the graphs' updates) spread over five steps; with loops recorded and
     # threefry inline, the five steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
     # graphs and 24 kernels alone a step; compiled in 31 s against 26). Training batches are new every call.
-    '5 steps a call': ({}, STEPS_5),
-    '5 steps a call in one CUDA graph': (ONE_GRAPH, STEPS_5),
-    '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*STEPS_5, '--fresh_batches']),
+    '5 steps a call': ({}, SEVERAL_STEPS),
+    '5 steps a call in one CUDA graph': (ONE_GRAPH, SEVERAL_STEPS),
+    '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*SEVERAL_STEPS, '--fresh_batches']),
     '5 steps a call in one CUDA graph, fresh batches, staged': ({**ONE_GRAPH, 'ELECTRA_JAX_STAGE_BATCHES': '1'},
-                                                               [*STEPS_5, '--fresh_batches']),
+                                                               [*SEVERAL_STEPS, '--fresh_batches']),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -247,7 +248,7 @@ class Check:
     if result is None:
       self.row(name, status, seconds, _last_line(output))
       return None
-    graphs = graph_updates(output)
+    graphs, graph_note = graph_updates(output)
     if graphs:
       result['graph_log'] = graphs
     per_call = result.get('steps_per_call', 1)
@@ -259,8 +260,7 @@ class Check:
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
     if 'graphs' in result:
       text += f'; {result["graphs"]} CUDA graphs and {result["alone"]} kernels launched alone (estimated)'
-    if 'graph_log' in result:
-      text += '; ' + format_graph_updates(result['graph_log'])
+    text += graph_note
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
@@ -406,9 +406,9 @@ class Check:
 
   def loop(self):
     """The quickstart's run again in a new workdir, its loop's parts timed (bench/loop_overhead.py; --tiny: with a
-    step that returns at once), its step read from the quickstart's compile cache; then with LOOP_STEPS_PER_CALL
-    steps a call (a program of its own, compiled)."""
-    for name, k in (('loop', 1), (f'loop, {LOOP_STEPS_PER_CALL} steps a call', LOOP_STEPS_PER_CALL)):
+    step that returns at once), its step read from the quickstart's compile cache; then with STEPS_PER_CALL steps a
+    call (a program of its own, compiled)."""
+    for name, k in (('loop', 1), (f'loop, {STEPS_PER_CALL} steps a call', STEPS_PER_CALL)):
       if k > 1 and not self.room(name, 30 if self.tiny else 90):
         continue
       argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, f'loop{k}'), f'--steps_per_call={k}',
@@ -416,9 +416,8 @@ class Check:
       status, output, seconds = self.command(name, argv if self.tiny else [*argv, '--real'], 240,
                                              {'ELECTRA_JAX_CACHE': self.cache, **self.graph_log})
       text = next((line for line in output.splitlines() if line.startswith('the loop')), _last_line(output))
-      graphs = graph_updates(output)
-      self.row(name, status, seconds, text + ('; ' + format_graph_updates(graphs) if graphs else ''),
-               {'graph_log': graphs} if graphs else None)
+      graphs, graph_note = graph_updates(output)
+      self.row(name, status, seconds, text + graph_note, {'graph_log': graphs} if graphs else None)
 
   def compile(self):
     """The Small step compiled alone, one process after another, without a compile cache (step_throughput
@@ -447,27 +446,23 @@ def _result(output: str) -> dict | None:
                if line.startswith('RESULT ')), None)
 
 
-def graph_updates(output: str) -> dict | None:
-  """What XLA's log of its command buffers (GRAPH_LOG) says in `output`: {'launches', 'updates', 'update_us' (their
-  total), 'moved' (buffers moved, per update), 'commands' (the updated graph's, per update)}; None if it logged no
-  launch."""
+def graph_updates(output: str) -> tuple[dict | None, str]:
+  """What XLA's log of its command buffers (GRAPH_LOG) says in `output`, as numbers ({'launches', 'updates',
+  'update_us' (their total), 'moved' (buffers moved, per update), 'commands' (the updated graph's, per update)})
+  and as the words a row ends with; (None, '') if it logged no launch."""
   launches = len(re.findall(r'Execute command buffer on device', output))
   if not launches:
-    return None
+    return None, ''
   updates = re.findall(r'Update command buffer on device.*?num_commands=(\d+); updated_allocs=(\d+)', output)
-  return {'launches': launches, 'updates': len(updates),
-          'update_us': sum(int(us) for us in re.findall(r'Updated command buffer in (\d+)', output)),
-          'commands': [int(n) for n, _ in updates], 'moved': [int(m) for _, m in updates]}
-
-
-def format_graph_updates(log: dict) -> str:
-  if not log['updates']:
-    return f'CUDA graphs (XLA\'s log): {log["launches"]} launches, none updated'
-  moved, commands = sorted(log['moved']), sorted(log['commands'])
-  return (f'CUDA graphs (XLA\'s log): {log["launches"]} launches, {log["updates"]} after an update (buffers moved: '
-          f'median {moved[len(moved) // 2]}, most {moved[-1]}; graphs of median {commands[len(commands) // 2]} '
-          f'commands), {log["update_us"] / 1e3:.1f} ms of updates in all, {log["update_us"] / log["updates"]:.0f} '
-          'us each')
+  log = {'launches': launches, 'updates': len(updates),
+         'update_us': sum(int(us) for us in re.findall(r'Updated command buffer in (\d+)', output)),
+         'commands': [int(n) for n, _ in updates], 'moved': [int(m) for _, m in updates]}
+  if not updates:
+    return log, f'; CUDA graphs (XLA\'s log): {launches} launches, none updated'
+  return log, (f'; CUDA graphs (XLA\'s log): {launches} launches, {len(updates)} after an update (buffers moved: '
+               f'median {statistics.median_low(log["moved"])}, most {max(log["moved"])}; graphs of median '
+               f'{statistics.median_low(log["commands"])} commands), {log["update_us"] / 1e3:.1f} ms of updates in '
+               f'all, {log["update_us"] / len(updates):.0f} us each')
 
 
 def _last_line(output: str) -> str:

@@ -68,10 +68,10 @@ CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when th
 
 
 def compiled(what: str, compile_fn):
-  """(compile_fn(), the line saying `compiled what in N s`, and whether the program came from the persistent
-  compilation cache (electra_jax.compile_cache) rather than the compiler). Prints nothing: compiles run in threads
-  (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts only the cache hits of
-  its own thread, so that compiles side by side do not see each other's."""
+  """(compile_fn(), the line saying `compiled what in N s`, with `(from the compilation cache)` when the program
+  came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler). Prints nothing:
+  compiles run in threads (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts
+  only the cache hits of its own thread, so that compiles side by side do not see each other's."""
   hits, thread = [], threading.get_ident()
   listener = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None

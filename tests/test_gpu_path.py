@@ -114,12 +114,12 @@ def test_gpu_check_reads_xla_s_log_of_its_cuda_graphs_and_a_result_line_a_log_li
       prefix.format(301) + 'Execute command buffer on device #0; num_executions=1',
       'RESULT {"step_seconds": 0.02}' + prefix.format(301) + 'Execute command buffer on device #0; num_executions=2',
   ])
-  log = gpu_check.graph_updates(output)
+  log, note = gpu_check.graph_updates(output)
   assert log == {'launches': 4, 'updates': 2, 'update_us': 6000, 'commands': [1750, 12], 'moved': [3, 1]}
-  assert gpu_check.format_graph_updates(log) == (
-      "CUDA graphs (XLA's log): 4 launches, 2 after an update (buffers moved: median 3, most 3; graphs of median "
-      '1750 commands), 6.0 ms of updates in all, 3000 us each')
-  assert gpu_check.graph_updates('step 1\nstep 2') is None  # a CPU, or a GPU without command buffers
+  # The median_low of two values is the lower: 1 buffer moved, graphs of 12 commands.
+  assert note == ("; CUDA graphs (XLA's log): 4 launches, 2 after an update (buffers moved: median 1, most 3; graphs "
+                  'of median 12 commands), 6.0 ms of updates in all, 3000 us each')
+  assert gpu_check.graph_updates('step 1\nstep 2') == (None, '')  # a CPU, or a GPU without command buffers
   assert gpu_check._result(output) == {'step_seconds': 0.02}  # pylint: disable=protected-access
 
 
