@@ -449,20 +449,29 @@ def _result(output: str) -> dict | None:
 def graph_updates(output: str) -> tuple[dict | None, str]:
   """What XLA's log of its command buffers (GRAPH_LOG) says in `output`, as numbers ({'launches', 'updates',
   'update_us' (their total), 'moved' (buffers moved, per update), 'commands' (the updated graph's, per update)})
-  and as the words a row ends with; (None, '') if it logged no launch."""
-  launches = len(re.findall(r'Execute command buffer on device', output))
+  and as the words a row ends with, which name the graph whose updates took longest; (None, '') if it logged no
+  launch."""
+  launches = len(re.findall(r'Execute command buffer\b', output))
   if not launches:
     return None, ''
-  updates = re.findall(r'Update command buffer on device.*?num_commands=(\d+); updated_allocs=(\d+)', output)
-  log = {'launches': launches, 'updates': len(updates),
-         'update_us': sum(int(us) for us in re.findall(r'Updated command buffer in (\d+)', output)),
+  # jax 0.10's XLA: 'Update command buffer on device #0 by recoding ...'; 0.11's: 'Create/Update command buffer by
+  # recoding ...' (both then '; num_commands=N; updated_allocs=M').
+  updates = re.findall(r'Update command buffer\b.*?num_commands=(\d+); updated_allocs=(\d+)', output)
+  timed = [(int(n), int(us))  # (the graph's commands, microseconds) per update
+           for us, n in re.findall(r'Updated command buffer in (\d+)\D*?; num_commands=(\d+)', output)]
+  log = {'launches': launches, 'updates': len(updates), 'update_us': sum(us for _, us in timed),
          'commands': [int(n) for n, _ in updates], 'moved': [int(m) for _, m in updates]}
   if not updates:
     return log, f'; CUDA graphs (XLA\'s log): {launches} launches, none updated'
-  return log, (f'; CUDA graphs (XLA\'s log): {launches} launches, {len(updates)} after an update (buffers moved: '
-               f'median {statistics.median_low(log["moved"])}, most {max(log["moved"])}; graphs of median '
-               f'{statistics.median_low(log["commands"])} commands), {log["update_us"] / 1e3:.1f} ms of updates in '
-               f'all, {log["update_us"] / len(updates):.0f} us each')
+  words = (f'; CUDA graphs (XLA\'s log): {launches} launches, {len(updates)} after an update, '
+           f'{log["update_us"] / 1e3:.1f} ms of updates in all')
+  if timed:
+    costliest = max({n for n, _ in timed}, key=lambda n: sum(us for m, us in timed if m == n))
+    times = [us for n, us in timed if n == costliest]
+    moved = [m for n, m in zip(log['commands'], log['moved']) if n == costliest] or [0]
+    words += (f'; most of it a graph of {costliest} commands, updated {len(times)} time{"s" * (len(times) != 1)}, '
+              f'{statistics.median_low(times)} us each, {statistics.median_low(moved)} buffers moved (medians)')
+  return log, words
 
 
 def _last_line(output: str) -> str:

@@ -116,9 +116,19 @@ def test_gpu_check_reads_xla_s_log_of_its_cuda_graphs_and_a_result_line_a_log_li
   ])
   log, note = gpu_check.graph_updates(output)
   assert log == {'launches': 4, 'updates': 2, 'update_us': 6000, 'commands': [1750, 12], 'moved': [3, 1]}
-  # The median_low of two values is the lower: 1 buffer moved, graphs of 12 commands.
-  assert note == ("; CUDA graphs (XLA's log): 4 launches, 2 after an update (buffers moved: median 1, most 3; graphs "
-                  'of median 12 commands), 6.0 ms of updates in all, 3000 us each')
+  # The graph of 1750 commands took 5.2 of the 6.0 ms.
+  assert note == ("; CUDA graphs (XLA's log): 4 launches, 2 after an update, 6.0 ms of updates in all; most of it a "
+                  'graph of 1750 commands, updated 1 time, 5200 us each, 3 buffers moved (medians)')
+  # jax 0.11.2's XLA words them otherwise (lines from an H200, 2026-11-28): the same numbers.
+  newer = '\n'.join([
+      prefix.format(371) + '[0] Execute command buffer; num_executions=1',
+      prefix.format(336) + '[0] Create/Update command buffer by recoding command buffer cmd sequence after 1 '
+      'executions since last update; num_commands=1785; updated_allocs=27; is_first_record=false; needs_update=true',
+      prefix.format(362) + '[0] Updated command buffer in 6228 \u03bcs; num_commands=1785',
+      prefix.format(371) + '[0] Execute command buffer; num_executions=2',
+  ])
+  log, note = gpu_check.graph_updates(newer)
+  assert log == {'launches': 2, 'updates': 1, 'update_us': 6228, 'commands': [1785], 'moved': [27]}
   assert gpu_check.graph_updates('step 1\nstep 2') == (None, '')  # a CPU, or a GPU without command buffers
   assert gpu_check._result(output) == {'step_seconds': 0.02}  # pylint: disable=protected-access
 
