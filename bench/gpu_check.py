@@ -12,8 +12,8 @@ the budget is skipped (a second run with --stages=... takes the rest):
              warm (the same compiled step): seconds from launch to its first step, and to each of its lines
              (the train step's compile, the restore): where those seconds went;
   loop       the quickstart's training loop again, its parts timed on the host (bench/loop_overhead.py --real: the
-             batch, putting it on the GPU, calling the step, waiting for the step before, logging); then again with
-             5 steps a call (config.steps_per_call);
+             batch, putting it on the GPU, calling the step, waiting for the step before, logging), 5 steps a call
+             as configs/small.py runs them; then again with 1 step a call (config.steps_per_call);
   compile    the Small step compiled alone from an empty compile cache (the first step's largest part), with XLA's
              defaults and with each of COMPILE_LEVERS;
   base       ELECTRA-Base, batch 32 x 512, against PyTorch (MFU);
@@ -61,8 +61,8 @@ NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA gr
 # layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
 LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
-STEPS_PER_CALL = 5  # divides every config's log_every and checkpoint_every
-SEVERAL_STEPS = [f'--config.steps_per_call={STEPS_PER_CALL}']
+STEPS_PER_CALL = 5  # configs/small.py's steps_per_call (the loop stage's second run)
+ONE_STEP = ['--config.steps_per_call=1']  # configs/small.py runs STEPS_PER_CALL
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
@@ -79,15 +79,13 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
     'scan_layers with loops in CUDA graphs': ({'XLA_FLAGS': LOOPS_IN_GRAPHS}, SCAN),
-    # Five steps in each call of one program (Pretraining.steps_fn: a scan over five batches): the host's work
-    # per call (the arguments, the launches, the graphs' updates) spread over five steps; with loops recorded and
-    # threefry inline, the five steps are one CUDA graph (for an H100 without a GPU: 1 launch a call, against 5
-    # graphs and 24 kernels alone a step; compiled in 31 s against 26). Training batches are new every call.
-    '5 steps a call': ({}, SEVERAL_STEPS),
-    '5 steps a call in one CUDA graph': (ONE_GRAPH, SEVERAL_STEPS),
-    '5 steps a call in one CUDA graph, fresh batches': (ONE_GRAPH, [*SEVERAL_STEPS, '--fresh_batches']),
-    '5 steps a call in one CUDA graph, fresh batches, staged': ({**ONE_GRAPH, 'ELECTRA_JAX_STAGE_BATCHES': '1'},
-                                                               [*SEVERAL_STEPS, '--fresh_batches']),
+    # configs/small.py runs 5 steps in each call of one program (Pretraining.steps_fn: a scan over 5 batches), the
+    # host's work per call (arguments, launches, the graphs' updates) spread over 5 steps; one a call, as before
+    # (H200, 2026-11-28: 13.8 ms a step against 13.5 alone, but the quickstart's loop 2.7x slower).
+    '1 step a call': ({}, ONE_STEP),
+    # With loops recorded and threefry inline, the 5 steps are one CUDA graph (1 launch a call), which XLA records
+    # again before each launch as buffers moved: 63 ms of the call's 86 (H200, 2026-11-28).
+    '5 steps a call in one CUDA graph': (ONE_GRAPH, []),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -146,8 +144,8 @@ PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also p
 # launch. The profiler cannot show this: XLA runs a step without command buffers while a profile is taken.
 GRAPH_LOG = {'TF_CPP_MIN_LOG_LEVEL': '0', 'TF_CPP_VMODULE': 'command_buffer_thunk=3'}
 LEVER_COMPILES_AT_ONCE = 16  # the GPU machines lent have 16 cores; one XLA compile keeps few of them busy
-# --tiny: the profile, a lever that changes the program on a CPU too, and one with several steps a call
-TINY_LEVERS = (PROFILED[0], 'prng=rbg', '5 steps a call')
+# --tiny: the profile, a lever that changes the program on a CPU too, and the lever of the steps a call
+TINY_LEVERS = (PROFILED[0], 'prng=rbg', '1 step a call')
 TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=1',
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
@@ -275,8 +273,8 @@ class Check:
     return result
 
   def small(self):
-    if self.tiny:
-      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240)
+    if self.tiny:  # as configs/small.py: STEPS_PER_CALL steps a call
+      return self.throughput('small', 'configs/tiny.py', 8, 32, 2, 240, [f'--config.steps_per_call={STEPS_PER_CALL}'])
     return self.throughput('small', 'configs/small.py', 128, 128, 30, 240)
 
   def base(self):
@@ -349,6 +347,7 @@ class Check:
     argv = [self.python, '-m', 'electra_jax.main', f'--workdir={workdir}']
     if self.tiny:
       return argv + ['--config=configs/tiny.py', '--config.train_steps=20', '--config.eval_every=0',
+                     f'--config.steps_per_call={STEPS_PER_CALL}',  # as configs/small.py
                      '--config.data.vocab_size=500', '--config.checkpoint_every=10', *TINY_MODEL]
     return argv + ['--config=configs/small.py:quickstart', '--config.train_steps=600',
                    '--config.checkpoint_every=500']
@@ -369,7 +368,7 @@ class Check:
   def resume(self):
     """Seconds from launching the quickstart's command again, its last checkpoint removed, to its first new step:
     the same command, so the same compiled step, read back from JAX's compile cache (metrics.jsonl gets a line
-    every step: log_every is the host's, not the compiled step's)."""
+    every call of STEPS_PER_CALL steps: log_every is the host's, not the compiled step's)."""
     last = 20 if self.tiny else 600
     workdir = os.path.join(self.out, 'quickstart')
     metrics = os.path.join(workdir, 'metrics.jsonl')
@@ -393,8 +392,8 @@ class Check:
         for line in lines:
           printed.setdefault(line.strip(), time.monotonic() - start)
 
-    status, output, seconds = self.command('resume', self.quickstart_argv() + ['--config.log_every=1'], 180,
-                                           {'ELECTRA_JAX_CACHE': self.cache}, poll)
+    argv = [*self.quickstart_argv(), f'--config.log_every={STEPS_PER_CALL}']
+    status, output, seconds = self.command('resume', argv, 180, {'ELECTRA_JAX_CACHE': self.cache}, poll)
     if status == 'ok' and not first:
       status = 'FAILED (no new step)'
     # Where the seconds before the first step went: when each of the run's lines showed (polled every 20 ms).
@@ -406,10 +405,10 @@ class Check:
 
   def loop(self):
     """The quickstart's run again in a new workdir, its loop's parts timed (bench/loop_overhead.py; --tiny: with a
-    step that returns at once), its step read from the quickstart's compile cache; then with STEPS_PER_CALL steps a
-    call (a program of its own, compiled)."""
-    for name, k in (('loop', 1), (f'loop, {STEPS_PER_CALL} steps a call', STEPS_PER_CALL)):
-      if k > 1 and not self.room(name, 30 if self.tiny else 90):
+    step that returns at once), its STEPS_PER_CALL steps a call read from the quickstart's compile cache; then with
+    one step a call (a program of its own, compiled)."""
+    for name, k in (('loop', STEPS_PER_CALL), ('loop, 1 step a call', 1)):
+      if k == 1 and not self.room(name, 30 if self.tiny else 90):
         continue
       argv = [self.python, 'bench/loop_overhead.py', os.path.join(self.out, f'loop{k}'), f'--steps_per_call={k}',
               '--steps=20' if self.tiny else '--steps=600']  # the quickstart's train_steps: the same compiled step

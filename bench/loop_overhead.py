@@ -4,14 +4,15 @@ batch, putting it on the devices, calling the train step, the metrics' sums and 
 the step before: the loop keeps one step in flight), writing the metrics (every log_every steps), the checkpoint
 (the last step's), and the rest.
 
-  python bench/loop_overhead.py WORKDIR [--steps=400] [--real]
+  python bench/loop_overhead.py WORKDIR [--steps=400] [--real] [--steps_per_call=1]
 
 By default the train step is replaced by one that returns at once (the first step's state and metrics, computed
 for real) and the model is shrunk to one tiny layer, so that what is timed is the loop alone: on a GPU a step the
 device finishes faster than this cannot be kept busy by it. `--real` runs the quickstart's own model and step: on
 a GPU the loss check then holds the time the loop waits for the device, and calling the step the host's launching
 of its kernels and CUDA graphs (XLA launches a step's work from the calling thread: 20-23 ms of a 28-32 ms step on
-an H200, 2026-11-27).
+an H200 with one step a call, 2026-11-27). The steps run as the quickstart runs them, 5 in each call of the step
+(--steps_per_call to change it).
 """
 
 import argparse
@@ -54,10 +55,11 @@ def main():
   parser.add_argument('workdir', help='A new directory for the run (its checkpoint and metrics).')
   parser.add_argument('--steps', type=int, default=400)
   parser.add_argument('--real', action='store_true', help='The quickstart\'s own model and train step.')
-  parser.add_argument('--steps_per_call', type=int, default=1, help='config.steps_per_call.')
+  parser.add_argument('--steps_per_call', type=int, default=0, help='config.steps_per_call (0: the quickstart\'s).')
   args = parser.parse_args()
   config = small.get_config('quickstart')
-  config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps, steps_per_call=args.steps_per_call)
+  config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps,
+                steps_per_call=args.steps_per_call or config.steps_per_call)
   seconds, timer = collections.Counter(), {'calls': 0, 'steps': 0}
   if not args.real:
     config.model.update(num_layers=1, hidden_size=32, num_heads=1, intermediate_size=64, embedding_size=32)
@@ -82,7 +84,7 @@ def main():
   ms = lambda s: f'{1e3 * s / steps:.2f} ms'
   parts = ', '.join(f'{part} {ms(seconds[part])}' for part in PARTS)
   print(f'the loop{" with the real step" if args.real else ""}: {ms(total)} per step on the host over {steps} steps '
-        f'({parts}, the rest {ms(total - sum(seconds.values()))}; {args.steps_per_call} step(s) a call; batch '
+        f'({parts}, the rest {ms(total - sum(seconds.values()))}; {config.steps_per_call} step(s) a call; batch '
         f'{config.batch_size} x {config.data.max_seq_length}; {os.cpu_count()} CPUs; '
         f'{jax.devices()[0].device_kind})', flush=True)
 

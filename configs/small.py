@@ -5,6 +5,12 @@
 a vocabulary of 8000 rather than 30522; 2000 steps of 128 x 128 (about 30 passes over the corpus), 200 warm-up
 steps, bias-corrected Adam and samples at temperature 2, as the tiny config (configs/tiny.py) found a short run
 needs, and a held-out evaluation every 500 steps. The paper's dropout (0.1) stays.
+
+Every variant runs 5 steps in each call of the compiled step (`steps_per_call`): a Small step is short enough that
+the host's work of calling it (arguments, CUDA-graph updates, the loop's logging) set its pace. On one H200 the
+quickstart's loop trained at 1.29 M tokens/s with 5 steps a call against 485 k with 1 (BENCHMARKS.md); on a 2-core
+CPU the tiny quickstart at 1.3-1.5x. Its periods (log_every, checkpoint_every, eval_every) are multiples of 5;
+`--config.steps_per_call=1` lifts that.
 """
 
 from configs import default, gpu
@@ -36,6 +42,7 @@ def get_config(preset=''):
                       intermediate_size=1024, generator_hidden_fraction=0.25)
   config.optimizer.learning_rate = 5e-4
   config.objective.mask_prob = 0.15
+  config.steps_per_call = 5  # the same steps, 5 in each call of one program (docstring)
   if preset == 'quickstart':
     return quickstart(config)
   # GPU preset (configs/gpu.py): the whole batch of 128 x 128 takes 3.2 GiB of one H100, so it never accumulates.

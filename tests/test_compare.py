@@ -244,6 +244,10 @@ def test_gpu_preset_tiny_step_counts_by_hand():
   electra, mlm = _gpu_preset_runs(config, vocab_size=64)
   assert [objective.train_flops_per_step(c) for c in (electra, mlm)] == [24 * 1_038_336, 24 * 679_936]
   assert [compare.steps_for_budget(4e9, objective.train_flops_per_step(c)) for c in (electra, mlm)] == [161, 245]
+  # ELECTRA-Small's 5 steps a call (configs/small.py), kept at this size: the nearest multiples of 5.
+  assert electra.steps_per_call == mlm.steps_per_call == 5
+  assert ([compare.steps_for_budget(4e9, objective.train_flops_per_step(c), multiple=5) for c in (electra, mlm)]
+          == [160, 245])
 
 
 @pytest.mark.e2e  # about a minute on 2 cores
@@ -263,24 +267,24 @@ def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_co
   with subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True) as first:
     while not (metrics.is_file() and metrics.read_text().count('\n') >= 2) and first.poll() is None:
       time.sleep(0.05)
-    first.send_signal(signal.SIGTERM)  # 20 of its 161 steps done (worked out by hand above)
+    first.send_signal(signal.SIGTERM)  # 20 of its 160 steps done (worked out by hand above)
     stderr = first.communicate(timeout=300)[1]
   assert first.returncode == 1 and 'run the same command again' in stderr.splitlines()[-1], stderr[-2000:]
   stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra')).latest_step())
-  assert 20 <= stopped < 161 and not (workdir / 'pretrain' / 'mlm').exists()
+  assert 20 <= stopped < 160 and stopped % 5 == 0 and not (workdir / 'pretrain' / 'mlm').exists()
 
   second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert second.returncode == 0, second.stderr[-3000:]
   assert f'resuming from checkpoint {stopped}' in second.stderr
   steps = [json.loads(line)['step'] for line in metrics.read_text().splitlines()]
-  assert steps == sorted(set(steps)) and steps[-1] == 161  # each step logged once: resumed, not restarted
+  assert steps == sorted(set(steps)) and steps[-1] == 160  # each step logged once: resumed, not restarted
   # Checkpoints at the budget (and where the signal stopped electra) only.
-  assert sorted(os.listdir(workdir / 'pretrain' / 'electra' / 'checkpoints'), key=int) == [str(stopped), '161']
+  assert sorted(os.listdir(workdir / 'pretrain' / 'electra' / 'checkpoints'), key=int) == [str(stopped), '160']
   assert os.listdir(workdir / 'pretrain' / 'mlm' / 'checkpoints') == ['245']
 
   results = json.loads((workdir / 'results.json').read_text())
   assert list(results['tasks']) == ['polarity', 'hedge', 'pos'] and results['seeds'] == 3
-  for name, steps in (('electra', 161), ('mlm', 245)):
+  for name, steps in (('electra', 160), ('mlm', 245)):
     (entry,) = results['objectives'][name]['budgets']
     assert entry['steps'] == steps and set(entry['tasks']) == {'polarity', 'hedge', 'pos'}
     summary = results['objectives'][name]['pretraining']

@@ -33,21 +33,23 @@ tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes bu
 |---|---:|---:|---:|
 | 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | ~45 min: does not fit |
 | 566 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 4.2 min | 8.4 min | ~16 min: two calls |
-| 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | ~10 min: two calls |
-| 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~8 min: fits 9 |
+| 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | ~12 min: two calls |
+| 1.22 M (measured: the step alone, 5 steps a call, H200, 2026-11-28) | 1.9 min | 3.9 min | ~10 min: one or two calls |
+| 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~9 min: one call |
 
 The rest, estimated: wheels and imports ~15 s; the WordPiece tokenizer and the packing of the corpus, once, ~1 min
-(61 s of CPU time on a 2-core CPU); per run the compile and initialiser (measured for the quickstart: 51 s and ~15 s
-on the H200, 2026-11-27, from empty caches), the evaluation step's compile and 18 evaluations of 8 forward passes
-(~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3 initialisations x 3 tasks x 3 seeds) of 313
-(polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1
-s per seed run to restore and evaluate). The compiles and fine-tuning alone take a few minutes, so no budget fits one
-9-minute command yet: run it then with a time limit (`timeout -s TERM`), which stops it as a preemption would, and
-again to continue (docs/experiments.md). The budget is the one override: `--config.flops_budgets=3e16` (3 x the
-steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and 18 more fine-tunings at 3e15).
+(61 s of CPU time on a 2-core CPU); per run the compile and initialiser (measured for the quickstart with 5 steps a
+call: 74 s and ~6 s on the H200, 2026-11-28, from empty caches), the evaluation step's compile (13 s) and 18
+evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 5 compiles and 27 seed runs (3 initialisations x 3
+tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs in all (~1 min
+at 10 ms per step, plus ~1 s per seed run to restore and evaluate). The compiles and fine-tuning alone take about 5
+minutes, so 1e16 may not fit one 9-minute command: run it then with a time limit (`timeout -s TERM`), which stops
+it as a preemption would, and again to continue (docs/experiments.md). The budget is the one override:
+`--config.flops_budgets=3e16` (3 x the steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and
+18 more fine-tunings at 3e15).
 
 `--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
-32-token sequences, 64 pieces, a budget of 161 electra and 245 mlm steps): what tests/test_compare.py runs end to
+32-token sequences, 64 pieces, a budget of 160 electra and 245 mlm steps): what tests/test_compare.py runs end to
 end through the command line, interrupted and resumed, on generated text and tasks given as overrides (about a
 minute or two of CPU time). See docs/experiments.md.
 """
@@ -99,6 +101,6 @@ def _tiny(config):
   pretrain.data.eval_fraction = 0.1
   pretrain.optimizer.update(learning_rate=1e-3, warmup_steps=10)
   pretrain.mesh.shape = (1, 1, 1)
-  config.flops_budgets = (4e9,)  # electra 161 steps of this model (2.49e7 FLOPs each), mlm 245
+  config.flops_budgets = (4e9,)  # electra 160.5 steps of this model (2.49e7 FLOPs each): 160 at 5 a call; mlm 245
   config.finetune.update(batch_size=16, eval_batch_size=32, max_seq_length=32, max_train_examples=48, epochs=1.0)
   config.finetune.mesh.shape = (1, 1, 1)
