@@ -155,6 +155,19 @@ def _prepare(config, workdir):
   return c, run, tokenizer, batches, workdir, config_dict
 
 
+def precompile(config, workdir: str):
+  """Starts compiling the train and evaluation steps of the run `config` in `workdir` as `train` compiles them, in
+  threads, and returns a function that waits for them and returns the lines saying so. Nothing is trained or
+  written to `workdir`. The train step stays compiled in this process (`train_step.cached`), the evaluation step in
+  JAX's compile cache: a later `train` of the same config in this process does not compile its train step. Runs
+  prepared one after another and compiled at once (experiments.compare) share the host's cores."""
+  c, run, tokenizer, _, _, _ = _prepare(config, workdir)
+  train = scaffold.compile_in_thread('the train step', run.compile)
+  evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
+                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
+  return lambda: [train.result()[1], *evaluator.compiled()]
+
+
 def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, checkpointer: Checkpointer, batches,
                    tokenizer):
   """The state of the newest checkpoint that reads back (and `batches` set to its position), else a fresh one:

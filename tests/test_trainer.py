@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, config as config_lib, config_files, data, pretrained, trainer
+from electra_jax import checkpoint, config as config_lib, config_files, data, pretrained, train_step, trainer
 from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
 from helpers import tiny_pretraining_config as tiny_config, traced_functions
 
@@ -133,6 +133,19 @@ def test_resume_keeps_the_runs_own_tokenizer(tmp_path, corpus_file):
   with pytest.raises(config_lib.ConfigError, match=r'was trained with the tokenizer saved in it, not data.tokenizer'):
     trainer.train(tiny_config(str(corpus), str(cache), train_steps=10, **{'data.tokenizer': str(other)}), workdir)
   assert (workdir / 'tokenizer.model').read_bytes() == saved
+
+
+def test_precompile_writes_nothing_and_the_run_then_compiles_no_train_step(tmp_path, corpus_file, cache_dir,
+                                                                           monkeypatch):
+  """trainer.precompile (what experiments.compare runs for every run at once) compiles a run's train step without
+  writing to its workdir; the run's `train` in the same process then compiles none."""
+  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2, **{'optimizer.learning_rate': 2e-3})
+  lines = trainer.precompile(config, tmp_path / 'run')()
+  assert len(lines) == 1 and lines[0].startswith('compiled the train step in ')  # no evaluation: eval_every=0
+  assert not (tmp_path / 'run').exists()
+  monkeypatch.setattr(train_step.Pretraining, 'lower', lambda *_: pytest.fail('the train step compiled again'))
+  trainer.train(config, tmp_path / 'run')
+  assert [m['step'] for m in read_metrics(tmp_path / 'run')] == [1, 2]
 
 
 def test_mlm_objective_trains(tmp_path, corpus_file, cache_dir):

@@ -25,6 +25,9 @@ def get_config():
   # Budgets to fine-tune (a subset of flops_budgets; (): all). Pre-training stops at the largest of them, on the
   # schedule of the largest flops_budget: a later command with more budgets resumes it.
   config.finetune_budgets = ()
+  # Compile every run's pre-training steps at once before the first trains (compare._precompile): the runs'
+  # compiles overlap on a host with cores to spare (a GPU's), not on a 2-core CPU.
+  config.precompile = False
 
   # The pre-training run every objective starts from. train_steps and save_steps are set per objective from
   # flops_budgets, objective.name from `objectives`: deleted here so that overriding them is an error.

@@ -20,6 +20,9 @@ Outputs under WORKDIR:
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
 
+`precompile` (compare_gpu sets it) compiles the train and evaluation steps of every run still to pre-train at once,
+before the first trains: on a GPU host one XLA compile keeps few of its cores busy.
+
 `task_overrides` changes the fine-tuning settings of one task (by its name, e.g. 'polarity'), for every
 initialisation and the from-scratch baseline alike.
 
@@ -219,23 +222,42 @@ def _check_unchanged(saved: dict, new: dict, workdir: str, ignore: tuple[str, ..
                       'with the settings it started with, or use a new --workdir')
 
 
+def pretrained(p: Plan, workdir: str, until: int) -> bool:
+  """Whether run `p` in `workdir` holds every budget's checkpoint up to step `until`; refuses a workdir whose run
+  had other settings."""
+  saved = fileio.path(workdir) / 'config.json'
+  if saved.is_file():
+    _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
+  return {s for s in p.steps if s <= until} <= _saved_steps(workdir)
+
+
 def pretrain(p: Plan, workdir: str, until: int | None = None):
   """Pre-trains run `p` in `workdir` to step `until` (default: its last) unless every budget's checkpoint up to it
   is there; resumes an interrupted (or earlier stopped) run. The schedule is always the last step's."""
   until = until or max(p.steps)
   wanted = {s for s in p.steps if s <= until}
-  saved = fileio.path(workdir) / 'config.json'
-  if saved.is_file():
-    _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
-  done = _saved_steps(workdir)
-  if wanted <= done:
+  if pretrained(p, workdir, until):
     print(f'{p.name}: pre-trained (checkpoints {sorted(wanted)} in {workdir})', file=sys.stderr)
     return
+  done = _saved_steps(workdir)
   print(f'{p.name}: pre-training to step {until} of {max(p.steps)} in {workdir}', file=sys.stderr)
   trainer.train(p.config, workdir, stop_after=until - max(done, default=0))
   if not wanted <= _saved_steps(workdir):  # stopped by a signal, after writing a checkpoint
     raise trainer.TrainingError(f'the pre-training of {p.name} stopped before step {until}; run the same '
                                 'command again to resume it')
+
+
+def _precompile(config, plans: list[Plan], workdir):
+  """Compiles the train and evaluation steps of every run still to pre-train at once, before the first trains
+  (`trainer.precompile`): one XLA compile keeps few of a GPU host's cores busy, and the runs' compiles would
+  otherwise come one after another. Each run is prepared in turn (the first trains the shared tokenizer and packs
+  the corpus; the others find them cached)."""
+  pending = [p for p in plans if not pretrained(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))]
+  if len(pending) < 2:
+    return
+  waits = [trainer.precompile(p.config, os.fspath(workdir / 'pretrain' / p.name)) for p in pending]
+  for p, wait in zip(pending, waits):
+    print(f'{p.name}: ' + '; '.join(wait()), file=sys.stderr)
 
 
 def _saved_steps(workdir: str) -> set[int]:
@@ -295,6 +317,8 @@ def run(config, workdir: str) -> dict:
     print(f'task_overrides.{name}: no task is named {name!r} ({", ".join(task_names)}); not used', file=sys.stderr)
   for name, task in task_names.items():  # a wrong key fails now, not after hours of pre-training
     finetune_config(config, name, task)
+  if config.get('precompile'):
+    _precompile(config, plans, workdir)
   for p in plans:
     pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
 
