@@ -236,7 +236,7 @@ def finetuning_report(c: config_lib.TrainConfig, mesh_config, mesh, *, batch_siz
     batch['labels'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32, sharding=run.batch_sharding)
     key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(mesh))
     with sharding.activate(mesh, ft.mesh.rules):
-      return run.step_fn.lower(state, batch, key)
+      return run.jitted['step'].lower(state, batch, key)
 
   return compile_report(f'fine-tuning ({batch_size} x {length})', lower, devices=mesh.size,
                         tokens=batch_size * length,

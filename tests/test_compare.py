@@ -271,8 +271,10 @@ def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_co
     first.send_signal(signal.SIGTERM)  # 20 of its 160 steps done (worked out by hand above)
     stderr = first.communicate(timeout=300)[1]
   assert first.returncode == 1 and 'run the same command again' in stderr.splitlines()[-1], stderr[-2000:]
-  # compare_gpu's precompile: both runs' steps compiled before electra trained.
+  # compare_gpu's precompile: both runs' steps and every task's fine-tuning steps compiled before electra trained.
   assert re.search(r'^mlm: compiled the train step in [0-9.]+ s.*; compiled the evaluation step in ', stderr, re.M)
+  assert re.search(r'^fine-tuning pos: compiled the pos fine-tuning step in .*; compiled the pos evaluation step in ',
+                   stderr, re.M)
   stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra')).latest_step())
   assert 20 <= stopped < 160 and stopped % 5 == 0 and not (workdir / 'pretrain' / 'mlm').exists()
 

@@ -16,7 +16,7 @@ from electra_jax import config as config_lib
 from electra_jax import data, sharding
 from electra_jax.finetune import predict, tasks, train
 from helpers import KEYWORD, TINY_FINETUNE_MODEL as TINY_MODEL, WORDS  # pylint: disable=g-bad-import-order
-from helpers import keyword_free_sentence, make_tsv_task, override, pretraining_workdir
+from helpers import keyword_free_sentence, make_tsv_task, override, pretraining_workdir, traced_functions
 
 # Many runs here share one tiny model: with a persistent compilation cache they compile it once. tfds's data here is
 # mock data: no download (`online`).
@@ -117,6 +117,23 @@ def test_loads_the_discriminator_of_apretraining_workdir(tmp_path, corpus_file, 
   pointer = lambda x: x.addressable_shards[0].data.unsafe_buffer_pointer()
   assert pointer(state.params['embeddings']['word_embeddings']['embedding']) != pointer(
       pretrained['embeddings']['word_embeddings']['embedding'])
+
+
+@pytest.mark.slow
+def test_precompile_from_scratch_compiles_what_a_pretrained_run_then_runs(tmp_path, corpus_file, cache_dir):
+  """finetune.precompile (experiments.compare's, from the from-scratch config, before anything is pre-trained)
+  compiles the train and evaluation steps that the fine-tuning of a pre-trained model of the same sizes later in
+  the process runs without tracing them, and writes nothing."""
+  pretraining_workdir(str(tmp_path / 'pre'), corpus_file, cache_dir)
+  scratch = tiny_config(cache_dir, corpus_file, make_tsv_task(tmp_path / 'keyword'), epochs=1.0, seeds=1)
+  lines = train.precompile(scratch, str(tmp_path / 'scratch'))()
+  assert [line.split(' in ')[0] for line in lines] == ['compiled the keyword fine-tuning step',
+                                                      'compiled the keyword evaluation step']
+  assert not (tmp_path / 'scratch').exists()
+  with traced_functions() as traced:
+    results = train.run(override(scratch, {'init_checkpoint': str(tmp_path / 'pre')}), str(tmp_path / 'pretrained'))
+  assert 'train_step' not in traced and 'eval_step' not in traced, traced
+  assert len(results['seeds']) == 1
 
 
 @pytest.mark.slow

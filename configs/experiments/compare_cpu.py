@@ -25,7 +25,7 @@ def get_config():
   # Budgets to fine-tune (a subset of flops_budgets; (): all). Pre-training stops at the largest of them, on the
   # schedule of the largest flops_budget: a later command with more budgets resumes it.
   config.finetune_budgets = ()
-  # Compile every run's pre-training steps at once before the first trains (compare._precompile): the runs'
+  # Compile every pre-training and fine-tuning step at once before the first run trains (compare._precompile): the
   # compiles overlap on a host with cores to spare (a GPU's), not on a 2-core CPU.
   config.precompile = False
 

@@ -20,8 +20,9 @@ Outputs under WORKDIR:
 Running the same command again skips every finished run and resumes an interrupted pre-training: a long CPU
 experiment survives interruptions. A finished run whose settings changed is an error, not a silent reuse.
 
-`precompile` (compare_gpu sets it) compiles the train and evaluation steps of every run still to pre-train at once,
-before the first trains: on a GPU host one XLA compile keeps few of its cores busy.
+`precompile` (compare_gpu sets it) compiles the train and evaluation steps of every run still to pre-train and of
+every task's fine-tuning at once, before the first run trains: on a GPU host one XLA compile keeps few of its cores
+busy.
 
 `task_overrides` changes the fine-tuning settings of one task (by its name, e.g. 'polarity'), for every
 initialisation and the from-scratch baseline alike.
@@ -247,17 +248,21 @@ def pretrain(p: Plan, workdir: str, until: int | None = None):
                                 'command again to resume it')
 
 
-def _precompile(config, plans: list[Plan], workdir):
-  """Compiles the train and evaluation steps of every run still to pre-train at once, before the first trains
-  (`trainer.precompile`): one XLA compile keeps few of a GPU host's cores busy, and the runs' compiles would
-  otherwise come one after another. Each run is prepared in turn (the first trains the shared tokenizer and packs
-  the corpus; the others find them cached)."""
+def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
+  """While a run is still to pre-train, compiles at once, before the first trains, the train and evaluation steps
+  of every such run (`trainer.precompile`) and of every task's fine-tuning (`finetune.precompile`, from the
+  from-scratch config: every initialisation of the same model runs the same programs): one XLA compile keeps few
+  of a GPU host's cores busy, and these compiles would otherwise come one after another. Each is prepared in turn
+  (the first run trains the shared tokenizer and packs the corpus; the rest find them cached)."""
   pending = [p for p in plans if not pretrained(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))]
-  if len(pending) < 2:
+  if not pending:
     return
-  waits = [trainer.precompile(p.config, os.fspath(workdir / 'pretrain' / p.name)) for p in pending]
-  for p, wait in zip(pending, waits):
-    print(f'{p.name}: ' + '; '.join(wait()), file=sys.stderr)
+  waits = [(p.name, trainer.precompile(p.config, os.fspath(workdir / 'pretrain' / p.name))) for p in pending]
+  waits += [(f'fine-tuning {name}', finetune.precompile(finetune_config(config, name, task),
+                                                        os.fspath(workdir / 'scratch' / name)))
+            for name, task in task_names.items()]
+  for name, wait in waits:
+    print(f'{name}: ' + '; '.join(wait()), file=sys.stderr)
 
 
 def _saved_steps(workdir: str) -> set[int]:
@@ -318,7 +323,7 @@ def run(config, workdir: str) -> dict:
   for name, task in task_names.items():  # a wrong key fails now, not after hours of pre-training
     finetune_config(config, name, task)
   if config.get('precompile'):
-    _precompile(config, plans, workdir)
+    _precompile(config, plans, task_names, workdir)
   for p in plans:
     pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
 

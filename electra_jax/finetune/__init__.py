@@ -10,6 +10,6 @@
 """
 
 from electra_jax.finetune.predict import Predictor, predict_main
-from electra_jax.finetune.train import run
+from electra_jax.finetune.train import precompile, run
 
-__all__ = ['Predictor', 'predict_main', 'run']
+__all__ = ['Predictor', 'precompile', 'predict_main', 'run']

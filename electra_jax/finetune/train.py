@@ -38,9 +38,19 @@ from electra_jax.finetune import optimizer as optimizer_lib
 from electra_jax.finetune.config import FinetuneConfig, load as load_config
 from electra_jax.model import dropout_rngs, fold_embeddings_delta
 from electra_jax.preemption import StopSignal
-from electra_jax.train_step import TrainState
+from electra_jax.train_step import ABSTRACT_KEY, TrainState
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
+# FinetuneConfig keys that change no compiled step: which run it is, where its data and outputs go, its logs and
+# checkpoints, its initialisation (the parameters' values, not their shapes); `model` and `data` are the from-scratch
+# model's and tokenizer's, which the Finetuner holds. The batches' shapes are part of a step's key (`program`).
+PROGRAM_FREE = ('task', 'task_kind', 'init_checkpoint', 'init_step', 'seed', 'seeds', 'eval_batch_size', 'log_every',
+                'eval_every', 'checkpoint_every', 'glue_dir', 'squad_dir', 'tfds_data_dir', 'save_model',
+                'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'model', 'data')
+# Steps compiled ahead by `precompile` (experiments.compare, before it pre-trains): {what a Finetuning's steps depend
+# on but their inputs (`Finetuning.precompiled`): {('step' or 'eval', the inputs' shapes): the executable}}. A
+# fine-tuning of the same program later in this process runs them rather than compiling its own.
+_PRECOMPILED: dict[tuple, dict] = {}
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
 # scores (`task` is compared by the task's name, as a directory may be given by another path).
 RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'eval_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
@@ -85,6 +95,8 @@ class Finetuning:
   step_fn: Callable[..., Any] = dataclasses.field(init=False)
   eval_fn: Callable[..., Any] = dataclasses.field(init=False)
   init_fn: Callable[..., Any] = dataclasses.field(init=False)
+  jitted: dict[str, Any] = dataclasses.field(init=False)  # {'step', 'eval'}: the jitted functions
+  precompiled: dict = dataclasses.field(init=False)  # this program's in _PRECOMPILED
 
   def __post_init__(self):
     c = self.config
@@ -95,12 +107,26 @@ class Finetuning:
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules, axes=sharding.BATCH[:1])
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              squad_config=c.squad)
-    self.step_fn = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
-    self.eval_fn = jax.jit(functools.partial(predict.eval_step, model=self.model),
-                           in_shardings=(self.state_shardings.params, self.batch_sharding),
-                           out_shardings=sharding.replicated(self.mesh))
+    self.jitted = {'step': scaffold.jit_step(step, self.state_shardings, self.batch_sharding),
+                   'eval': jax.jit(functools.partial(predict.eval_step, model=self.model),
+                                   in_shardings=(self.state_shardings.params, self.batch_sharding),
+                                   out_shardings=sharding.replicated(self.mesh))}
+    # What the steps' programs depend on but their inputs: the model, the config but for PROGRAM_FREE, the step
+    # count (the schedule) and the mesh.
+    defaults, m = FinetuneConfig(), self.model
+    self.precompiled = _PRECOMPILED.setdefault(
+        (m.config, m.kind, m.num_outputs, m.head_dropout, m.squad, self.total_steps, self.mesh,
+         dataclasses.replace(c, **{k: getattr(defaults, k) for k in PROGRAM_FREE})), {})
+    self.step_fn, self.eval_fn = self._precompiled_or_jitted('step'), self._precompiled_or_jitted('eval')
     # Compiled once, for every seed.
     self.init_fn = scaffold.Initialiser(self._init_boxed, self._abstract_state)
+
+  def _precompiled_or_jitted(self, what: str) -> Callable:
+    """Step `what` ('step' or 'eval'): the executable `precompile` compiled for these inputs if there is one, else
+    the jitted function."""
+    def call(first, *inputs):
+      return self.precompiled.get(inputs_key(what, inputs), self.jitted[what])(first, *inputs)
+    return call
 
   def _init_boxed(self, rng):
     ids = jnp.zeros((1, 16), jnp.int32)
@@ -125,6 +151,12 @@ class Finetuning:
 
   def check_batch_size(self, batch_size: int, name: str):
     sharding.check_batch(self.mesh, self.config.mesh.rules, batch_size, name=name)
+
+
+def inputs_key(what: str, inputs) -> tuple:
+  """The key in Finetuning.precompiled of step `what` for `inputs`, its arguments after the first (arrays or their
+  shapes)."""
+  return what, tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(inputs))
 
 
 def _take_pretrained(target, source, where: str):
@@ -246,7 +278,9 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
   The loss and learning rate go to `writer` (the seed's metrics.jsonl and TensorBoard events) every `log_interval`
   steps, and with c.eval_every `evaluate_dev(params)`'s dev metrics every c.eval_every steps before the last (the
   caller scores the final model)."""
-  rng = jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), 1))
+  # Replicated over the mesh, where a step compiled ahead (`precompile`) takes it.
+  rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), 1)),
+                       sharding.replicated(run.mesh))
   start = int(state.step)
   log_every = log_interval(c.log_every, run.total_steps)
   batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed, jax.process_index(),
@@ -351,13 +385,10 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
                       'its settings to resume it, or give another --workdir')
 
 
-def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
-  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results, or None when a stop signal
-  ended the run at a checkpoint.
-
-  Seeds finished by an earlier run of the same command are read back, an unfinished one resumes from its latest
-  checkpoint. `stop_after` stops after that many steps, as a preemption would (tests use it).
-  """
+def _setup(config, workdir: str):
+  """(FinetuneConfig resolved for the model and task, task, workdir as a path, the config to save, the pre-trained
+  parameters or None, the model config, tokenizer, (training examples, training Features, evaluation splits), the
+  Finetuning) of `config` in `workdir`, everything checked and nothing written."""
   c = load_config(config)
   task = tasks.get_task(c.task, c.task_kind, glue_dir=c.glue_dir, squad_dir=c.squad_dir)
   workdir = fileio.path(workdir)
@@ -374,19 +405,56 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
                       f'{model_config.max_position_embeddings}; lower --config.max_seq_length')
   c = dataclasses.replace(c, optimizer=c.optimizer.for_model(model_config.hidden_size),
                           epochs=c.epochs or task.epochs, max_seq_length=max_seq_length)
-
-  train_examples, train_feats, evals = _load_splits(task, tokenizer, c)
-
-  mesh = sharding.make_mesh(c.mesh)
+  splits = _load_splits(task, tokenizer, c)
   model = heads.make_model(task, model_config, c.head_dropout, c.squad)
-  total_steps = features_lib.num_train_steps(len(train_feats), c.batch_size, c.epochs)
-  ft = Finetuning(model, c, total_steps, mesh)
+  ft = Finetuning(model, c, features_lib.num_train_steps(len(splits[1]), c.batch_size, c.epochs),
+                  sharding.make_mesh(c.mesh))
   ft.check_batch_size(c.batch_size, 'batch_size')
   ft.check_batch_size(c.eval_batch_size, 'eval_batch_size')
+  return c, task, workdir, config_dict, pretrained, model_config, tokenizer, splits, ft
+
+
+def precompile(config, workdir: str) -> Callable[[], list[str]]:
+  """Starts compiling the train and evaluation steps of the fine-tuning `config` in `workdir`, in threads, for the
+  batches `run` will give them, and returns a function that waits for them and returns the lines saying so. A
+  `run` of the same program later in this process runs these executables (`Finetuning.precompiled`). Nothing is
+  written to `workdir`. The programs depend on the shapes of the model and the batches and on the step count, not
+  on the parameters: a config from scratch compiles those of every initialisation of the same model
+  (experiments.compare, before it pre-trains)."""
+  c, task, _, _, _, _, _, (_, train_feats, evals), ft = _setup(config, workdir)
+
+  def abstract(arrays: dict, rows: int) -> dict:
+    return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=ft.batch_sharding)
+            for k, v in arrays.items()}
+
+  def compile(what: str, first, *inputs):
+    ft.precompiled[inputs_key(what, inputs)] = ft.jitted[what].lower(first, *inputs).compile()
+
+  batch = next(features_lib.train_batches(train_feats.arrays, c.batch_size, ft.total_steps, c.seed))
+  key = jax.ShapeDtypeStruct(ABSTRACT_KEY.shape, ABSTRACT_KEY.dtype, sharding=sharding.replicated(ft.mesh))
+  compiles = [scaffold.compile_in_thread(f'the {task.name} fine-tuning step', functools.partial(
+      compile, 'step', ft.abstract_state(), abstract(batch, c.batch_size), key))]
+  feats = next((feats for split, _, feats in evals if split in task.dev_splits and len(feats)), None)
+  if feats is not None:
+    compiles.append(scaffold.compile_in_thread(f'the {task.name} evaluation step', functools.partial(
+        compile, 'eval', ft.abstract_state().params,
+        abstract({k: feats.arrays[k] for k in predict.INPUTS}, c.eval_batch_size))))
+  return lambda: [compiled.result()[1] for compiled in compiles]
+
+
+def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
+  """Fine-tunes `config.seeds` seeds on `config.task`; returns (and writes) the results, or None when a stop signal
+  ended the run at a checkpoint.
+
+  Seeds finished by an earlier run of the same command are read back, an unfinished one resumes from its latest
+  checkpoint. `stop_after` stops after that many steps, as a preemption would (tests use it).
+  """
+  c, task, workdir, config_dict, pretrained, model_config, tokenizer, splits, ft = _setup(config, workdir)
+  train_examples, train_feats, evals = splits
   _write_run_files(workdir, config_dict, c, model_config, task, tokenizer)
   run_report.log(run_report.devices_line())
   run_report.log(platform_line(model_config))
-  print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {total_steps} steps of '
+  print(f'{task.name}: {len(train_examples)} training examples ({len(train_feats)} rows), {ft.total_steps} steps of '
         f'{c.batch_size}, lr {c.optimizer.learning_rate:g}, layer-wise decay {c.optimizer.layerwise_lr_decay:g}, '
         f'{_origin(c) if pretrained else "from scratch"}', file=sys.stderr)
 
