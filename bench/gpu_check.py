@@ -125,18 +125,19 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: dropout_draw=uniform': ({}, UNIFORM),
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
-# Levers of the compile alone (stage `compile`; name: (environment, extra flags)), most likely to help first: one
-# layer's body compiled for all (a third of the XLA:GPU compile for an H100 without a GPU); no GEMM autotuning; GEMM
-# autotuning without its buffer initialisation and its check of each candidate against a reference (level 1 of
-# XLA's 4, the default); LLVM's code generation split over the host's cores (one module by default: 4% less time
-# with 2 cores without a GPU).
+# Levers of the compile alone (stage `compile`; name: (environment, extra flags)), most likely to help first: no
+# GEMM autotuning (the GPU's compile of Small's step, 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which
+# cannot autotune); GEMM autotuning without its buffer initialisation and its check of each candidate against a
+# reference (level 1 of XLA's 4, the default); LLVM's code generation split over the host's cores (one module by
+# default: 4% less time with 2 cores without a GPU); one layer's body compiled for all (a third of the compile, but
+# more kernels a step: docs/gpu.md).
 COMPILE_LEVERS = {
     'XLA defaults': ({}, []),
-    'scan_layers': ({}, SCAN),
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'autotune level 1': ({'XLA_FLAGS': '--xla_gpu_autotune_level=1'}, []),
     'parallel LLVM compile': ({'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
                                             '--xla_gpu_force_compilation_parallelism=16'}, []),
+    'scan_layers': ({}, SCAN),
 }
 PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time
 # XLA's log of its command buffers (CUDA graphs), on for the timed GPU runs: a graph is updated (its commands
