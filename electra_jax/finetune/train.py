@@ -43,7 +43,7 @@ from electra_jax.train_step import ABSTRACT_KEY, TrainState
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # FinetuneConfig keys that change no compiled step: which run it is, where its data and outputs go, its logs and
 # checkpoints, its initialisation (the parameters' values, not their shapes); `model` and `data` are the from-scratch
-# model's and tokenizer's, which the Finetuner holds. The batches' shapes are part of a step's key (`program`).
+# model's and tokenizer's, which the Finetuner holds. The batches' shapes are part of a step's key (`inputs_key`).
 PROGRAM_FREE = ('task', 'task_kind', 'init_checkpoint', 'init_step', 'seed', 'seeds', 'eval_batch_size', 'log_every',
                 'eval_every', 'checkpoint_every', 'glue_dir', 'squad_dir', 'tfds_data_dir', 'save_model',
                 'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'model', 'data')
