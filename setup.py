@@ -34,8 +34,8 @@ setuptools.setup(
         'tpu': [TPU_COMPILER],
         # The CUDA plugin and NVIDIA's CUDA/cuDNN/NCCL wheels (~5 GB): on a GPU machine they run the GPUs; on any
         # other machine `python -m electra_jax.aot --topology=h100:8` uses them to compile for GPUs. CI tests jax
-        # 0.10.2 (on CPUs); the GPU path was measured on jax 0.11.2 with its CUDA 13 plugin on one H200 (2026-11-26),
-        # where the code ran unchanged (docs/gpu.md).
+        # 0.10.2 (on CPUs); the GPU path was measured on jax 0.11.2 with its CUDA 13 plugin on one H200 (2026-11-26
+        # to 28), where the code ran unchanged (docs/gpu.md).
         'cuda': ['jax[cuda12]==0.10.2'],
         # `data build --runner=...` on Apache Beam (Dataflow, Flink, Spark, or DirectRunner locally): ~0.5 GB. Beam
         # holds protobuf below 7, so in the same environment a SentencePiece tokenizer cannot be converted to
