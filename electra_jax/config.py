@@ -88,15 +88,18 @@ def attention_implementation(attention: str, platform: str, dtype: str) -> str:
 #   both key each row of the batch alike, so gradient accumulation, resume and any mesh draw the same masks.
 #   'rbg': the micro-batch's mask in one draw of XLA's RngBitGenerator (Philox on a GPU), keyed by its first row:
 #   the same on any mesh and on resume, other masks when the batch is split into micro-batches (model.Dropout).
+#   'rbg_tower': 'rbg', but an encoder's layer-output masks (2 a layer) in one draw (model.Encoder.tower_keep), not
+#   one each: a few kernels instead of ~150 in ELECTRA-Small's step on a GPU, the masks held all at once; with
+#   scan_layers each layer draws its own.
 #   'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and bits16 makes the step
 #   ~8% faster; 'rbg' on a GPU, where threefry's draws are kernels of their own: 4 ms off Base's step with cuDNN
 #   attention on an H200 (BENCHMARKS.md); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17% slower
 #   with 'bits16'.
-DROPOUT_DRAWS = ('auto', 'uniform', 'bits16', 'rbg')
+DROPOUT_DRAWS = ('auto', 'uniform', 'bits16', 'rbg', 'rbg_tower')
 
 
 def dropout_draw(draw: str, platform: str) -> str:
-  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform', 'bits16' or 'rbg'."""
+  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform', 'bits16', 'rbg' or 'rbg_tower'."""
   if draw != 'auto':
     return draw
   return {'cpu': 'bits16', 'gpu': 'rbg'}.get(platform, 'uniform')

@@ -84,10 +84,13 @@ def rbg_key(key) -> jax.Array:
   return jax.random.wrap_key_data(jnp.concatenate([key, key]).astype(jnp.uint32), impl='unsafe_rbg')
 
 
+RBG_DRAWS = ('rbg', 'rbg_tower')  # model.dropout_draw values that draw from XLA's RngBitGenerator
+
+
 def dropout_rngs(rngs: dict | None, draw: str) -> dict | None:
-  """`rngs` for Module.apply, their 'dropout' key an `rbg_key` under draw='rbg' (model.dropout_draw): the key every
-  Dropout module derives from it (make_rng) is then no threefry either."""
-  if draw != 'rbg' or not rngs or 'dropout' not in rngs:
+  """`rngs` for Module.apply, their 'dropout' key an `rbg_key` under draw='rbg' or 'rbg_tower' (model.dropout_draw):
+  the key every Dropout module derives from it (make_rng) is then no threefry either."""
+  if draw not in RBG_DRAWS or not rngs or 'dropout' not in rngs:
     return rngs
   return {**rngs, 'dropout': rbg_key(rngs['dropout'])}
 
@@ -108,21 +111,24 @@ class Dropout(nn.Module):
   in the XLA:GPU compile of Small's step, the key's fold_in and Philox's rounds, none of them a custom call that
   ends a CUDA graph as threefry's kernel does) keyed by fold_in(key, first row), the key a jax 'unsafe_rbg' key
   (`rbg_key`, `dropout_rngs`). XLA splits that draw over a mesh without changing it, so any mesh draws the
-  same masks; micro-batches draw others.
+  same masks; micro-batches draw others. draw='rbg_tower' is 'rbg' where the caller gives no mask (`keep`): an
+  Encoder draws the masks of all its layers' outputs at once (`tower_keep`).
   """
   rate: float
-  draw: str  # model.dropout_draw, resolved: 'uniform', 'bits16' or 'rbg'
+  draw: str  # model.dropout_draw, resolved: 'uniform', 'bits16', 'rbg' or 'rbg_tower'
 
   @nn.compact
-  def __call__(self, x, rows, *, deterministic: bool):
+  def __call__(self, x, rows, *, deterministic: bool, keep=None):
+    """`keep`: the mask to apply, drawn by the caller (`tower_keep`); None: drawn here."""
     if deterministic or self.rate == 0.0:
       return x
-    return jnp.where(self.keep(x.shape, rows), x / (1.0 - self.rate), jnp.zeros_like(x))
+    keep = self.keep(x.shape, rows) if keep is None else keep
+    return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x))
 
   def keep(self, shape, rows):
     """The boolean mask [shape] of what survives (the one `__call__` applies)."""
     key = self.make_rng('dropout')
-    if self.draw == 'rbg':
+    if self.draw in RBG_DRAWS:
       return jax.random.bernoulli(jax.random.fold_in(rbg_key(key), rows[0]), 1.0 - self.rate, shape)
     *outer, m, last = (shape[0] // rows.shape[0],) + tuple(shape[1:])
 
@@ -254,10 +260,11 @@ class Output(nn.Module):
   in_axis: str
 
   @nn.compact
-  def __call__(self, x, residual, rows, *, deterministic: bool):
-    """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]."""
+  def __call__(self, x, residual, rows, *, deterministic: bool, keep=None):
+    """x [tokens, heads or mlp features], residual [tokens, hidden] -> [tokens, hidden]; `keep`: the dropout mask
+    (Dropout) or None."""
     x = checkpoint_name(dense(self.tower.hidden_size, self.config, (self.in_axis, 'embed'), 'dense')(x), 'output')
-    x = Dropout(self.config.dropout_rate, self.config.dropout_draw)(x, rows, deterministic=deterministic)
+    x = Dropout(self.config.dropout_rate, self.config.dropout_draw)(x, rows, deterministic=deterministic, keep=keep)
     return constrain(layer_norm(self.config, 'embed')(x + residual), ('activation_batch', 'activation_embed'))
 
 
@@ -266,10 +273,11 @@ class Attention(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, rows, *, deterministic: bool):
+  def __call__(self, x, attention_bias, rows, *, deterministic: bool, keep=None):
     context = SelfAttention(self.config, self.tower, name='self')(x, attention_bias, rows,
                                                                   deterministic=deterministic)
-    return Output(self.config, self.tower, 'heads', name='output')(context, x, rows, deterministic=deterministic)
+    return Output(self.config, self.tower, 'heads', name='output')(context, x, rows, deterministic=deterministic,
+                                                                   keep=keep)
 
 
 class Intermediate(nn.Module):
@@ -288,11 +296,14 @@ class Layer(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, deterministic: bool, rows):
+  def __call__(self, x, attention_bias, deterministic: bool, rows, keep=None):
+    """`keep`: the masks of the two output dropouts [2, tokens, hidden] (`tower_keep`), or None."""
     c, t = self.config, self.tower
-    h = Attention(c, t, name='attention')(x, attention_bias, rows, deterministic=deterministic)
+    h = Attention(c, t, name='attention')(x, attention_bias, rows, deterministic=deterministic,
+                                          keep=None if keep is None else keep[0])
     inner = Intermediate(c, t, name='intermediate')(h)
-    return Output(c, t, 'mlp', name='output')(inner, h, rows, deterministic=deterministic)
+    return Output(c, t, 'mlp', name='output')(inner, h, rows, deterministic=deterministic,
+                                              keep=None if keep is None else keep[1])
 
 
 class Encoder(nn.Module):
@@ -324,10 +335,24 @@ class Encoder(nn.Module):
                         metadata_params={nn.PARTITION_NAME: None})
       h, _ = scanned(block(self.config, self.tower, name='layers'), h, attention_bias, rows)
     else:
+      keep = self.tower_keep(h.shape, rows, deterministic)
       for i in range(self.tower.num_layers):
-        h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows)
+        h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows,
+                                                              None if keep is None else keep[i])
     return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)),
                      ('activation_batch', 'activation_length', 'activation_embed'))
+
+  def tower_keep(self, shape, rows, deterministic: bool):
+    """Under model.dropout_draw='rbg_tower' (and dropout on): the masks of every layer's two output dropouts,
+    [num_layers, 2, *shape], in one RngBitGenerator draw keyed as an 'rbg' Dropout keys its one (fold_in(this
+    module's key, first row)); else None (each Dropout draws its own). One draw, not 2 x num_layers: on a GPU each
+    draw is 3 or 4 small kernels, ~150 of ELECTRA-Small's step. The masks are held all at once (Small: 12 x 2 x
+    16,384 x 256 booleans, 100 MB, for the discriminator)."""
+    c = self.config
+    if c.dropout_draw != 'rbg_tower' or deterministic or c.dropout_rate == 0.0:
+      return None
+    key = jax.random.fold_in(rbg_key(self.make_rng('dropout')), rows[0])
+    return jax.random.bernoulli(key, 1.0 - c.dropout_rate, (self.tower.num_layers, 2, *shape))
 
 
 REMAT_POLICIES = {

@@ -523,6 +523,40 @@ def test_rbg_dropout_draws_the_same_mask_on_any_mesh():
   assert np.mean(keep(np.arange(64), key=1) != mask) > 0.1  # independent masks differ at 2 p (1 - p) = 18%
 
 
+def test_rbg_tower_draws_an_encoders_output_masks_at_once():
+  """model.dropout_draw='rbg_tower': an encoder draws the masks of all its layers' output dropouts in one
+  RngBitGenerator draw (Encoder.tower_keep): [layers, 2, tokens, hidden], drops with probability 0.1, masks that
+  differ from one another, the same on any mesh. The discriminator then draws as often whatever its depth, where
+  'rbg' draws twice more for each layer."""
+  c = ModelConfig(vocab_size=50, embedding_size=16, hidden_size=64, num_layers=3, num_heads=2, intermediate_size=32,
+                  attention_dropout_rate=0.0, dropout_draw='rbg_tower')  # (attention dropout: a draw per layer)
+  encoder = model_lib.Encoder(c, c.tower(False))
+
+  def keep(rows, sharding=None):
+    fn = lambda r: encoder.apply({}, (r.shape[0] * 127, 64), r, False, method='tower_keep',
+                                 rngs=model_lib.dropout_rngs({'dropout': jax.random.PRNGKey(0)}, 'rbg_tower'))
+    return np.asarray(jax.jit(fn, out_shardings=sharding)(jnp.asarray(rows)))
+
+  masks = keep(np.arange(64))
+  assert masks.shape == (3, 2, 64 * 127, 64) and masks.dtype == np.bool_
+  # 6 masks of 520,192 draws: each within 5 binomial standard deviations (4.2e-4) of the drop probability.
+  assert all(abs((1 - m.mean()) - 0.1) < 5 * 4.2e-4 for m in masks.reshape(6, -1))
+  assert all(np.mean(masks.reshape(6, -1)[i] != masks.reshape(6, -1)[j]) > 0.1 for i in range(6) for j in range(i))
+  mesh = jax.make_mesh((8,), ('data',))
+  np.testing.assert_array_equal(keep(np.arange(64), jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec(None, None, 'data'))), masks)
+  assert encoder.apply({}, (8, 64), jnp.arange(8), True, method='tower_keep') is None  # deterministic: no masks
+
+  def draws(draw, layers):
+    config = dataclasses.replace(c, num_layers=layers, dropout_draw=draw)
+    model, ids = model_lib.Electra(config), jnp.ones((2, 8), jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), ids, ids, ids, method='discriminator_logits')
+    fn = lambda p: model.apply(p, ids, ids, ids, deterministic=False, method='discriminator_logits',
+                               rngs=model_lib.dropout_rngs({'dropout': jax.random.PRNGKey(1)}, draw))
+    return jax.jit(fn).lower(params).as_text().count('rng_bit_generator')
+  assert draws('rbg_tower', 1) == draws('rbg_tower', 3) < draws('rbg', 1) < draws('rbg', 3)
+
+
 def test_rbg_dropout_keys_need_no_threefry():
   """Under model.dropout_draw='rbg' the dropout key (model_lib.dropout_rngs) is an unsafe_rbg key: what each Dropout
   module derives from it (make_rng, fold_in by row) and draws is RngBitGenerator, no threefry (on a GPU each is a
