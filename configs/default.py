@@ -62,7 +62,8 @@ def get_config():
   config.model.remat = m.remat  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
   # auto|einsum|fused (config.ATTENTIONS): auto is cuDNN's fused attention, without attention dropout, on GPUs.
   config.model.attention = m.attention
-  # auto|uniform|bits16|rbg (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs, rbg on GPUs.
+  # auto|uniform|bits16|rbg|rbg_tower (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs, rbg
+  # on GPUs.
   config.model.dropout_draw = m.dropout_draw
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
