@@ -163,9 +163,14 @@ def precompile(config, workdir: str):
   prepared one after another and compiled at once (experiments.compare) share the host's cores."""
   c, run, tokenizer, _, _, _ = _prepare(config, workdir)
   train = scaffold.compile_in_thread('the train step', run.compile)
-  evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
-                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps)
+  evaluator = _evaluator(c, run, tokenizer)
   return lambda: [train.result()[1], *evaluator.compiled()]
+
+
+def _evaluator(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, timer=None) -> evaluation.Evaluator:
+  """The run's held-out Evaluator (its evaluation step compiling in a thread from now on)."""
+  return evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every else None,
+                              every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps, timer=timer)
 
 
 def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, checkpointer: Checkpointer, batches,
@@ -202,9 +207,7 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
   log = _Log(c, workdir, start)
   rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
                        sharding.replicated(run.mesh))
-  evaluator = evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every
-                                   else None, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
-                                   timer=log.timer)
+  evaluator = _evaluator(c, run, tokenizer, log.timer)
   # Both compiles end before the progress bar: its rate and ETA exclude them.
   compiled = compiled or scaffold.compile_in_thread('the train step', run.compile)
   for line in [compiled.result()[1], *evaluator.compiled()]:

@@ -41,21 +41,20 @@ from electra_jax.preemption import StopSignal
 from electra_jax.train_step import ABSTRACT_KEY, TrainState
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
-# FinetuneConfig keys that change no compiled step: which run it is, where its data and outputs go, its logs and
-# checkpoints, its initialisation (the parameters' values, not their shapes); `model` and `data` are the from-scratch
-# model's and tokenizer's, which the Finetuner holds. The batches' shapes are part of a step's key (`inputs_key`).
-PROGRAM_FREE = ('task', 'task_kind', 'init_checkpoint', 'init_step', 'seed', 'seeds', 'eval_batch_size', 'log_every',
-                'eval_every', 'checkpoint_every', 'glue_dir', 'squad_dir', 'tfds_data_dir', 'save_model',
-                'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'model', 'data')
-# Steps compiled ahead by `precompile` (experiments.compare, before it pre-trains): {what a Finetuning's steps depend
-# on but their inputs (`Finetuning.precompiled`): {('step' or 'eval', the inputs' shapes): the executable}}. A
-# fine-tuning of the same program later in this process runs them rather than compiling its own.
-_PRECOMPILED: dict[tuple, dict] = {}
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
 # scores (`task` is compared by the task's name, as a directory may be given by another path).
 RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'eval_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
               'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'glue_dir', 'squad_dir',
               'tfds_data_dir', 'mesh')
+# FinetuneConfig keys that change no compiled step: RERUN_FREE's but the mesh (its shardings are in the program), the
+# task's kind (the Finetuner's head holds it), the initialisation (the parameters' values, not their shapes), and
+# `model` and `data`, the from-scratch model's and tokenizer's, which the Finetuner holds. The batches' shapes are
+# part of a step's key (`inputs_key`).
+PROGRAM_FREE = (*(k for k in RERUN_FREE if k != 'mesh'), 'task_kind', 'init_checkpoint', 'init_step', 'model', 'data')
+# Steps compiled ahead by `precompile` (experiments.compare, before it pre-trains): {what a Finetuning's steps depend
+# on but their inputs (`Finetuning.precompiled`): {('step' or 'eval', the inputs' shapes): the executable}}. A
+# fine-tuning of the same program later in this process runs them rather than compiling its own.
+_PRECOMPILED: dict[tuple, dict] = {}
 
 
 def train_step(state: TrainState, batch, rng, *, model: heads.Finetuner, tx: optax.GradientTransformation,
