@@ -2,10 +2,12 @@
 
   python bench/step_ab.py --lever=sampler --config=configs/small.py --batch=32 --rounds=6 --steps=3
   python bench/step_ab.py --lever=dropout --config=configs/small.py --batch=32 --rounds=6 --steps=3
+  python bench/step_ab.py --lever=qkv --config=configs/small.py --batch=32 --rounds=6 --steps=3
 
 --lever=sampler: the official Gumbel-argmax sampler against ours (objective.sampling gumbel / inverse_cdf).
 --lever=dropout: dropout masks from one uniform float per element against 16 random bits per element
 (model.dropout_draw uniform / bits16).
+--lever=qkv: the query, key and value projections as three matmuls against one (model.fused_qkv false / true).
 Both steps are compiled first; then each round times `--steps` steps of one and then of the other, so a machine
 whose speed drifts (shared, throttled) slows both alike. Prints the median, mean and fastest step of each.
 """
@@ -30,12 +32,13 @@ import synthetic
 _CONFIG, _BATCH, _VOCAB, _STEPS = (step_throughput._CONFIG, step_throughput._BATCH,  # pylint: disable=protected-access
                                    step_throughput._VOCAB, step_throughput._STEPS)  # pylint: disable=protected-access
 _ROUNDS = flags.DEFINE_integer('rounds', 6, 'Rounds of (steps of one, steps of the other).')
-_LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout'], 'What the two steps differ in.')
+_LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout', 'qkv'], 'What the two steps differ in.')
 
 
 # Each lever: the config section and key, and the two values.
 LEVERS = {'sampler': ('objective', 'sampling', ('gumbel', 'inverse_cdf')),
-          'dropout': ('model', 'dropout_draw', ('uniform', 'bits16'))}
+          'dropout': ('model', 'dropout_draw', ('uniform', 'bits16')),
+          'qkv': ('model', 'fused_qkv', (False, True))}
 
 
 def main(argv):
@@ -69,7 +72,7 @@ def main(argv):
         f'{c.data.max_seq_length}; {_ROUNDS.value} rounds of {_STEPS.value} steps each')
   for name, r in runs.items():
     ms = [1000 * s for s in r['seconds']]
-    print(f'{name:14s} median {statistics.median(ms):7.0f} ms  mean {statistics.mean(ms):7.0f} ms  '
+    print(f'{str(name):14s} median {statistics.median(ms):7.0f} ms  mean {statistics.mean(ms):7.0f} ms  '
           f'fastest {min(ms):7.0f} ms')
 
 

@@ -65,6 +65,8 @@ def get_config():
   # auto|uniform|bits16|rbg|rbg_tower (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs, rbg
   # on GPUs.
   config.model.dropout_draw = m.dropout_draw
+  # The attention's query, key and value projections as one matmul (config.py: model.fused_qkv); same parameters.
+  config.model.fused_qkv = m.fused_qkv
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers
   # What the generator shares with the discriminator: 'embeddings' (the paper's default), 'none' (own embeddings,

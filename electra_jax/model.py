@@ -216,6 +216,30 @@ def fold_embeddings_delta(params):
   return folded
 
 
+class DenseParams(nn.Module):
+  """A `dense` layer's parameters (kernel [in, features], bias [features]: named, initialised and partitioned as
+  nn.Dense's), returned rather than applied: `fused_projections` applies several at once."""
+  features: int
+  config: ModelConfig
+  names: tuple
+
+  @nn.compact
+  def __call__(self, in_features: int):
+    return (self.param('kernel', _init(self.config, self.names), (in_features, self.features), jnp.float32),
+            self.param('bias', _zeros(self.names[1:]), (self.features,), jnp.float32))
+
+
+def fused_projections(x, layers, config: ModelConfig) -> list:
+  """[dense(x) for each of `layers`] (`DenseParams` of one shape) as one matmul over their kernels stacked [in,
+  layers, out] (model.fused_qkv). On a GPU: one GEMM, one weight cast and one bias add instead of one each per
+  layer, and in the backward pass one GEMM for the input's gradient and one for the kernels'. Stacked, not
+  concatenated, so that each kernel keeps its partitioning of `out`."""
+  kernels, biases = zip(*(layer(x.shape[-1]) for layer in layers))
+  y = jnp.einsum('ti,ilo->tlo', x.astype(config.dtype), jnp.stack(kernels, axis=1).astype(config.dtype))
+  y = constrain(y + jnp.stack(biases).astype(config.dtype), ('activation_batch', None, 'activation_heads'))
+  return [y[:, i] for i in range(len(layers))]
+
+
 class SelfAttention(nn.Module):
   """HF `attention.self`: query/key/value projections and masked softmax attention."""
   config: ModelConfig
@@ -229,7 +253,12 @@ class SelfAttention(nn.Module):
     head_dim = t.hidden_size // t.num_heads
     split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim),
                                 ('activation_batch', 'activation_length', 'activation_heads', None))
-    q, k, v = (split(dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
+    names = ('query', 'key', 'value')
+    if c.fused_qkv:
+      projected = fused_projections(x, [DenseParams(t.hidden_size, c, ('embed', 'heads'), name=n) for n in names], c)
+    else:
+      projected = [dense(t.hidden_size, c, ('embed', 'heads'), n)(x) for n in names]
+    q, k, v = map(split, projected)
     if c.attention in ('cudnn', 'xla'):  # jax.nn.dot_product_attention: no attention dropout (config.ATTENTIONS)
       # cuDNN takes a bias as long as the queries, not [batch, 1, 1, length]: one [batch, 1, length, length] copy.
       bias = jnp.broadcast_to(attention_bias, (batch, 1, length, length)).astype(q.dtype)

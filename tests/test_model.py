@@ -557,6 +557,26 @@ def test_rbg_tower_draws_an_encoders_output_masks_at_once():
   assert draws('rbg_tower', 1) == draws('rbg_tower', 3) < draws('rbg', 1) < draws('rbg', 3)
 
 
+def test_fused_qkv_is_the_same_model(params):
+  """model.fused_qkv: the query, key and value projections as one matmul over their stacked kernels. The parameters
+  are the same (paths, shapes, initial values: checkpoints and conversions do not change), and so are both towers'
+  logits and the gradients, to float32 rounding."""
+  fused = dataclasses.replace(CONFIG, fused_qkv=True)
+  inputs = _inputs()
+  boxed = jax.jit(_model(fused).init)(jax.random.PRNGKey(0), *inputs)['params']
+  jax.tree.map(np.testing.assert_array_equal, nn.meta.unbox(boxed), params)
+  for a, b in zip(_forward(fused)(params, *inputs), _forward()(params, *inputs)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+  def grads(config):
+    loss = lambda p: sum(jnp.sum(jnp.sin(out)) for out in _forward(config)(p, *inputs))
+    return jax.grad(loss)(params)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-4, atol=1e-6), grads(fused), grads(CONFIG))
+  hlo = lambda config: _forward(config).lower(params, *inputs).as_text()
+  # Each layer's three projections in one dot_general: 2 towers x 2 layers x 2 fewer.
+  assert hlo(fused).count('stablehlo.dot_general') == hlo(CONFIG).count('stablehlo.dot_general') - 8
+
+
 def test_rbg_dropout_keys_need_no_threefry():
   """Under model.dropout_draw='rbg' the dropout key (model_lib.dropout_rngs) is an unsafe_rbg key: what each Dropout
   module derives from it (make_rng, fold_in by row) and draws is RngBitGenerator, no threefry (on a GPU each is a

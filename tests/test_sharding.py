@@ -17,11 +17,13 @@ pytestmark = pytest.mark.slow
 
 # (mesh shape, config overrides): data parallel; data x FSDP with rematerialised layers (the usual pairing for big
 # models, and remat must not change the loss or the gradients); data x FSDP x tensor; tensor parallel, where the
-# vocabulary of 100 does not split 8 ways and stays replicated.
+# vocabulary of 100 does not split 8 ways and stays replicated; the same with the query, key and value projections as
+# one matmul (model.fused_qkv: the one-device run it equals projects them one by one).
 MESHES = {
     'data': ((8, 1, 1), ()),
     'fsdp+remat': ((2, 4, 1), (('model.remat', 'full'),)),
     'data+fsdp+tensor': ((2, 2, 2), ()),
+    'data+fsdp+tensor, fused q/k/v': ((2, 2, 2), (('model.fused_qkv', True),)),
     'tensor': ((1, 1, 8), ()),
 }
 def _adam(opt_state):
@@ -70,7 +72,8 @@ def test_state_shardings_follow_the_rules(name):
   assert query.addressable_shards[0].data.shape == (32 // sizes['fsdp'], 32 // sizes['tensor'])
   table = state.params['embeddings']['word_embeddings']['embedding']
   assert table.addressable_shards[0].data.shape == {'data': (100, 32), 'fsdp+remat': (100, 32),
-                                                    'data+fsdp+tensor': (50, 32), 'tensor': (100, 32)}[name]
+                                                    'data+fsdp+tensor': (50, 32), 'tensor': (100, 32),
+                                                    'data+fsdp+tensor, fused q/k/v': (50, 32)}[name]
   assert run.batch_sharding.spec == PartitionSpec(('data', 'fsdp'), None)
 
 
