@@ -242,9 +242,18 @@ def counts(batch, masked: masking.Masked, selected_only: bool = False) -> dict[s
   return {'selected': jnp.sum(masked.weights), 'tokens': jnp.sum(token_weights(batch, masked, selected_only))}
 
 
+def softmax_xent(logits, labels):
+  """optax.softmax_cross_entropy_with_integer_labels(logits [..., classes], labels [...]), the label's logit picked
+  by comparing the classes' indices with it rather than gathered: the gradient is then elementwise (softmax minus
+  one-hot), one pass over the logits, where a gather's is a scatter into zeros (on a GPU two more passes over the
+  generator's [batch, P, vocab] logits). The same values."""
+  picked = jnp.sum(jnp.where(jnp.arange(logits.shape[-1]) == labels[..., None], logits, 0), axis=-1)
+  return jax.nn.logsumexp(logits, axis=-1) - picked
+
+
 def masked_lm_sums(prefix: str, logits, masked: masking.Masked) -> dict[str, jax.Array]:
   """An MLM's cross-entropy and correct predictions summed over the selected positions, and their count."""
-  xent = optax.softmax_cross_entropy_with_integer_labels(logits, masked.targets)
+  xent = softmax_xent(logits, masked.targets)
   return {f'{prefix}_xent': jnp.sum(xent * masked.weights), 'selected': jnp.sum(masked.weights),
           f'{prefix}_correct': jnp.sum((jnp.argmax(logits, -1) == masked.targets) * masked.weights)}
 
