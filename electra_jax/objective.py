@@ -384,7 +384,7 @@ def all_tokens_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs
   logits, copy_logits = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'],
                                  deterministic=deterministic, method='discriminator_mlm_logits',
                                  rngs={'dropout': rngs[1]}, **rows)
-  log_softmax = -optax.softmax_cross_entropy_with_integer_labels(logits, input_ids)  # log softmax[x_t]
+  log_softmax = -softmax_xent(logits, input_ids)  # log softmax[x_t]
   not_copied = jax.nn.log_sigmoid(-copy_logits) + log_softmax  # log((1 - D) softmax[x_t])
   log_p = jnp.where(corrupted == input_ids, jnp.logaddexp(jax.nn.log_sigmoid(copy_logits), not_copied),
                     not_copied)
