@@ -71,6 +71,11 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
+    # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
+    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 2,171 -> 1,824 kernels;
+    # with an encoder's dropout masks in one draw too, 1,678.
+    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
+    'fused_qkv': ({}, FUSED_QKV),
     # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
     # their kernels: PROFILED, for Small and Base.
     'command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -80,10 +85,6 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # An encoder's layer-output dropout masks in one draw (model.Encoder.tower_keep), not one each: for an H100
     # without a GPU, Small's step 2,171 -> 2,025 kernels (dropout's 171 -> 1) and its XLA compile 24.7 -> 15.2 s.
     'dropout_draw=rbg_tower': ({}, TOWER_MASKS),
-    # The query, key and value projections as one GEMM over their stacked kernels (model.fused_qkv; the same
-    # parameters): for an H100 without a GPU, Small's step 2,171 -> 1,824 kernels; with rbg_tower 1,688 a step.
-    'fused_qkv': ({}, FUSED_QKV),
-    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     # One layer's body compiled for the twelve: XLA:GPU compiles Small's step in a third of the time (for an H100
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
@@ -114,6 +115,9 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
                                                      'true'}, []),
     'Triton heroless fusion': ({'XLA_FLAGS': '--xla_gpu_experimental_enable_triton_heroless_priority_fusion=true'},
                                []),
+    # LayerNorm (forward 3 kernels, backward 4 in XLA's fusions) matched to cuDNN's fused norm kernels: without a GPU
+    # the compile matched none (it may need the GPU's cuDNN version).
+    'cuDNN LayerNorm': ({'XLA_FLAGS': '--xla_gpu_enable_cudnn_layer_norm=true'}, []),
     # Training puts a new batch on the device every step (this check's steps reuse one): on a GPU the quickstart
     # loop trains at ~28 ms a step; a command buffer (CUDA graph) whose inputs move is updated (2026-11-27, H200:
     # 27.5 ms a step, 21.7 staged, 23.6 with one batch)
@@ -137,7 +141,8 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
 # Levers of the compile alone (stage `compile`; name: (environment, extra flags)), most likely to help first: the
-# dropout masks of an encoder's layers in one draw (a compile for an H100 without a GPU: 15.2 s against 24.7); no
+# query, key and value projections as one GEMM and the dropout masks of an encoder's layers in one draw (a compile
+# for an H100 without a GPU: 16.2 s against 26.0); no
 # GEMM autotuning (the GPU's compile of Small's step, 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which
 # cannot autotune); GEMM autotuning without its buffer initialisation and its check of each candidate against a
 # reference (level 1 of XLA's 4, the default); LLVM's code generation split over the host's cores (one module by
@@ -145,7 +150,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
 # more kernels a step: docs/gpu.md).
 COMPILE_LEVERS = {
     'XLA defaults': ({}, []),
-    'dropout_draw=rbg_tower': ({}, TOWER_MASKS),
+    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'autotune level 1': ({'XLA_FLAGS': '--xla_gpu_autotune_level=1'}, []),
     'parallel LLVM compile': ({'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
