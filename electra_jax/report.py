@@ -65,23 +65,41 @@ def stage(doing: str, done: str = 'done'):
 
 
 CACHE_HIT = '/jax/compilation_cache/cache_hits'  # the event JAX records when the persistent cache has a program
+# The durations JAX records of a compile's stages, and what `compiled` calls them. A jit traced inside another
+# records its own trace, within the outer one's: each stage's longest is the whole program's.
+STAGES = {'/jax/core/compile/jaxpr_trace_duration': 'tracing',
+          '/jax/core/compile/jaxpr_to_mlir_module_duration': 'lowering',
+          '/jax/core/compile/backend_compile_duration': 'XLA',
+          '/jax/compilation_cache/cache_retrieval_time_sec': 'loading'}
 
 
 def compiled(what: str, compile_fn):
   """(compile_fn(), the line saying `compiled what in N s`, with `(from the compilation cache)` when the program
-  came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler). Prints nothing:
-  compiles run in threads (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts
-  only the cache hits of its own thread, so that compiles side by side do not see each other's."""
-  hits, thread = [], threading.get_ident()
-  listener = lambda event, **kwargs: hits.append(event) if (
+  came from the persistent compilation cache (electra_jax.compile_cache) rather than the compiler, and the seconds
+  of its stages: tracing, lowering, then XLA's compile or the loading from the cache). Prints nothing: compiles run
+  in threads (scaffold.compile_in_thread) whose callers print the line when they wait for it. Counts only the
+  events of its own thread, so that compiles side by side do not see each other's."""
+  hits, seconds, thread = [], {}, threading.get_ident()
+  hit = lambda event, **kwargs: hits.append(event) if (
       event == CACHE_HIT and threading.get_ident() == thread) else None
-  jax.monitoring.register_event_listener(listener)
+
+  def took(event, duration, **kwargs):
+    del kwargs
+    if event in STAGES and threading.get_ident() == thread:
+      seconds[STAGES[event]] = max(duration, seconds.get(STAGES[event], 0.0))
+  jax.monitoring.register_event_listener(hit)
+  jax.monitoring.register_event_duration_secs_listener(took)
   start = clock()
   try:
     result = compile_fn()
   finally:
-    jax.monitoring.unregister_event_listener(listener)
-  return result, f'compiled {what} in {clock() - start:.1f} s{" (from the compilation cache)" if hits else ""}'
+    jax.monitoring.unregister_event_listener(hit)
+    jax.monitoring.unregister_event_duration_listener(took)
+  if hits:
+    seconds.pop('XLA', None)  # the loading is XLA's part then
+  stages = ', '.join(f'{stage} {seconds[stage]:.1f} s' for stage in STAGES.values() if stage in seconds)
+  note = ('from the compilation cache' + (': ' if stages else '') if hits else '') + stages
+  return result, f'compiled {what} in {clock() - start:.1f} s' + (f' ({note})' if note else '')
 
 
 def _duration(seconds: float) -> str:

@@ -122,6 +122,23 @@ def test_compiling_says_when_the_program_came_from_the_persistent_cache(capsys, 
   assert capsys.readouterr().err == ''  # the caller prints the line (scaffold.compile_in_thread)
 
 
+def test_compiling_says_how_long_each_stage_took(monkeypatch):
+  """The durations JAX records of a compile's stages: a jit traced inside another records its own trace within the
+  outer one's (the longest counts); from the cache, XLA's part is the loading."""
+  def compile_fn(*durations, hit=False):
+    for event, seconds in durations:
+      jax.monitoring.record_event_duration_secs(event, seconds)
+    if hit:
+      jax.monitoring.record_event(report.CACHE_HIT)
+  trace, lower, xla, load = report.STAGES
+  monkeypatch.setattr(report, 'clock', iter([10.0, 40.0, 50.0, 60.0]).__next__)
+  assert report.compiled('the train step', lambda: compile_fn((trace, 0.5), (trace, 1.9), (lower, 0.4), (xla, 27.7)))[
+      1] == 'compiled the train step in 30.0 s (tracing 1.9 s, lowering 0.4 s, XLA 27.7 s)'
+  assert report.compiled('the train step', lambda: compile_fn((trace, 1.9), (lower, 0.4), (load, 7.5), (xla, 7.6),
+                                                              hit=True))[1] == (
+      'compiled the train step in 10.0 s (from the compilation cache: tracing 1.9 s, lowering 0.4 s, loading 7.5 s)')
+
+
 def test_compiling_in_a_thread_leaves_its_done_line_to_the_caller(capsys, monkeypatch):
   """scaffold.compile_in_thread says `compiling...` before its thread starts and hands its done line back: the
   thread prints nothing, so an error the run meets meanwhile stays its last line."""
