@@ -122,7 +122,8 @@ def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=
   logits = jax.lax.stop_gradient(sampling_logits(logits, targets, config, progress)).astype(jnp.float32)
   if config.sampling == 'gumbel':  # the official draw: argmax of logits + Gumbel noise
     return jnp.argmax(logits + jax.random.gumbel(rng, logits.shape), axis=-1).astype(targets.dtype)
-  cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
+  # The softmax's numerators: their cumulative sum ends at the normaliser, which u is scaled by.
+  cdf = jnp.cumsum(jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)), axis=-1)
   u = 1.0 - jax.random.uniform(rng, logits.shape[:-1] + (1,))
   return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)
 
