@@ -178,11 +178,34 @@ class Embeddings(nn.Module):
     """[batch, P, embedding_size] -> [batch, P, vocab] float32 logits against the word-embedding table (tying).
 
     The matmul runs in the model dtype but accumulates and returns float32: bf16 logits would round away the
-    differences between likely tokens.
+    differences between likely tokens (`tied_logits`).
     """
     table = jnp.asarray(self.word_embeddings.embedding, self.config.dtype)
-    logits = jnp.einsum('bpe,ve->bpv', x.astype(self.config.dtype), table, preferred_element_type=jnp.float32)
+    logits = tied_logits(x.astype(self.config.dtype), table)
     return constrain(logits, ('activation_batch', 'activation_length', 'activation_vocab'))
+
+
+@jax.custom_vjp
+def tied_logits(x, table):
+  """x [batch, P, E] times the table [vocab, E], accumulated and returned in float32. Its backward pass takes the
+  logits' gradient in the inputs' dtype, as every other layer's does: autodiff would run both of its matmuls (the
+  input's and the table's gradients, each over the whole vocabulary) in float32, with TF32 or float32 GEMMs on a
+  GPU over float32 copies of the gradient and the table."""
+  return jnp.einsum('bpe,ve->bpv', x, table, preferred_element_type=jnp.float32)
+
+
+def _tied_logits_forward(x, table):
+  return tied_logits(x, table), (x, table)
+
+
+def _tied_logits_backward(residuals, grad):
+  x, table = residuals
+  grad = grad.astype(x.dtype)
+  return (jnp.einsum('bpv,ve->bpe', grad, table, preferred_element_type=jnp.float32).astype(x.dtype),
+          jnp.einsum('bpv,bpe->ve', grad, x, preferred_element_type=jnp.float32).astype(table.dtype))
+
+
+tied_logits.defvjp(_tied_logits_forward, _tied_logits_backward)
 
 
 class ZerosLike(nn.Module):

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import importlib
 import math
+import re
 
 import flax.linen as nn
 import jax
@@ -597,3 +598,24 @@ def test_rbg_dropout_keys_need_no_threefry():
   assert model_lib.dropout_rngs({'dropout': key}, 'uniform') == {'dropout': key}  # CPU and TPU: as they were
   rbg = model_lib.rbg_key(key)
   assert model_lib.rbg_key(rbg) is rbg and jax.random.key_data(rbg).tolist() == [*key.tolist(), *key.tolist()]
+
+
+def test_tied_logits_backward_runs_in_the_inputs_dtype():
+  """model.tied_logits: float32 logits from the embedding table; its backward pass takes the logits' gradient in the
+  inputs' dtype. In float32 that is autodiff's gradient; in bfloat16 both matmuls of the backward pass take bf16
+  operands (autodiff's are float32: dot_generals over the whole vocabulary in float32), and their gradients stay
+  within bf16 rounding of the float32 ones."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 8))
+  table = jax.random.normal(jax.random.PRNGKey(1), (50, 8))
+  weights = jax.random.normal(jax.random.PRNGKey(2), (2, 3, 50))
+  loss = lambda logits_fn: jax.grad(lambda a, b: jnp.sum(jnp.sin(logits_fn(a, b)) * weights), argnums=(0, 1))
+  einsum = lambda a, b: jnp.einsum('bpe,ve->bpv', a, b, preferred_element_type=jnp.float32)
+  for ours, autodiff in zip(loss(model_lib.tied_logits)(x, table), loss(einsum)(x, table)):
+    np.testing.assert_allclose(ours, autodiff, rtol=1e-6, atol=1e-6)
+  half = (x.astype(jnp.bfloat16), table.astype(jnp.bfloat16))
+  dots = lambda fn: re.findall(r'stablehlo.dot_general.*\) -> ', jax.jit(loss(fn)).lower(*half).as_text())
+  assert all(d.count('bf16') == 2 for d in dots(model_lib.tied_logits)[1:])  # backward: bf16 operands
+  assert any('f32' in d.split('->')[0] for d in dots(einsum))  # autodiff's: a float32 operand
+  for ours, exact in zip(loss(model_lib.tied_logits)(*half), loss(einsum)(x, table)):
+    assert ours.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(ours, np.float32), exact, rtol=0.05, atol=0.05)
