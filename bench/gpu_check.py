@@ -140,16 +140,20 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: dropout_draw=uniform': ({}, UNIFORM),
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
-# Levers of the compile alone (stage `compile`; name: (environment, extra flags)), most likely to help first: the
-# query, key and value projections as one GEMM and the dropout masks of an encoder's layers in one draw (a compile
-# for an H100 without a GPU: 16.2 s against 26.0); no
-# GEMM autotuning (the GPU's compile of Small's step, 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which
-# cannot autotune); GEMM autotuning without its buffer initialisation and its check of each candidate against a
-# reference (level 1 of XLA's 4, the default); LLVM's code generation split over the host's cores (one module by
-# default: 4% less time with 2 cores without a GPU); one layer's body compiled for all (a third of the compile, but
-# more kernels a step: docs/gpu.md).
+# Levers of the compile alone (stage `compile`; name: (environment, extra flags); `{out}` in XLA_FLAGS is the check's
+# directory), most likely to help first: the GEMM autotuning results of the first compile (XLA's defaults, which
+# writes them) read back, so that XLA autotunes nothing: what results shipped for a GPU model would save a cold
+# start; the query, key and value projections as one GEMM and the dropout masks of an encoder's layers in one draw
+# (a compile for an H100 without a GPU: 15.2 s against 27.0); no GEMM autotuning (the GPU's compile of Small's step,
+# 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which cannot autotune); GEMM autotuning without its buffer
+# initialisation and its check of each candidate against a reference (level 1 of XLA's 4, the default); LLVM's
+# code generation split over the host's cores (one module by default: 4% less time with 2 cores without a GPU); one
+# layer's body compiled for all (a third of the compile, but more kernels a step: docs/gpu.md).
+AUTOTUNE_RESULTS = '{out}/autotune_results.textproto'
 COMPILE_LEVERS = {
-    'XLA defaults': ({}, []),
+    'XLA defaults': ({'XLA_FLAGS': f'--xla_gpu_dump_autotune_results_to={AUTOTUNE_RESULTS}'}, []),
+    'autotune results of the first compile': (
+        {'XLA_FLAGS': f'--xla_gpu_load_autotune_results_from={AUTOTUNE_RESULTS}'}, []),
     'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'autotune level 1': ({'XLA_FLAGS': '--xla_gpu_autotune_level=1'}, []),
@@ -445,6 +449,7 @@ class Check:
       if not self.room(f'compile: {name}', 20 if self.tiny else 90):
         continue
       argv = self.throughput_argv(*shape, extra, torch=False) + ['--compile_only']
+      env = {k: v.format(out=os.path.abspath(self.out)) for k, v in env.items()}
       status, output, seconds = self.command(f'compile: {name}', argv, 240, self.lever_env(env))
       result = _result(output)
       text = (f'step compiled in {result["compile_seconds"]:.1f} s, initialiser {result["init_seconds"]:.1f} s'
