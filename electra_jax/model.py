@@ -283,9 +283,12 @@ class SelfAttention(nn.Module):
       projected = [dense(t.hidden_size, c, ('embed', 'heads'), n)(x) for n in names]
     q, k, v = map(split, projected)
     if c.attention in ('cudnn', 'xla'):  # jax.nn.dot_product_attention: no attention dropout (config.ATTENTIONS)
-      # cuDNN takes a bias as long as the queries, not [batch, 1, 1, length]: one [batch, 1, length, length] copy.
-      bias = jnp.broadcast_to(attention_bias, (batch, 1, length, length)).astype(q.dtype)
-      context = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation=c.attention)
+      # The padding as each row's count of keys (input_mask is a prefix of ones: the tokens, then the padding), not
+      # as a bias: cuDNN then reads no [batch, 1, length, length] bias (it takes none shaped [batch, 1, 1, length]),
+      # computes no gradient for it, and skips the padded keys. A row of padding only keeps one key (a count of 0
+      # is no length cuDNN takes); its outputs are weighed by 0, as with the bias.
+      keys = jnp.maximum(jnp.sum(attention_bias[:, 0, 0, :] == 0, axis=-1), 1).astype(jnp.int32)
+      context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=keys, implementation=c.attention)
       return constrain(context.reshape(x.shape[0], t.hidden_size), ('activation_batch', 'activation_heads'))
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
