@@ -252,6 +252,16 @@ class DenseParams(nn.Module):
             self.param('bias', _zeros(self.names[1:]), (self.features,), jnp.float32))
 
 
+def dense_gelu(x, features: int, config: ModelConfig, names, name: str):
+  """gelu(dense(features, config, names, name)(x)): the same parameters and values, but the backward pass adds the
+  bias and takes GELU's derivative again from the matmul's output (jax.checkpoint around them), so that the forward
+  pass writes one [tokens, features] tensor, GELU's, where autodiff also kept the biased pre-activation for the
+  backward pass (the FFN's widest tensor; for an H100, compiled without a GPU: Base's step bound 26.2 -> 25.3 ms)."""
+  kernel, bias = DenseParams(features, config, names, name=name)(x.shape[-1])
+  h = jnp.dot(x.astype(config.dtype), kernel.astype(config.dtype))
+  return jax.checkpoint(lambda h, b: gelu(h + b))(h, bias.astype(config.dtype))
+
+
 def fused_projections(x, layers, config: ModelConfig) -> list:
   """[dense(x) for each of `layers`] (`DenseParams` of one shape) as one matmul over their kernels stacked [in,
   layers, out] (model.fused_qkv). On a GPU: one GEMM, one weight cast and one bias add instead of one each per
@@ -341,7 +351,7 @@ class Intermediate(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    return constrain(gelu(dense(self.tower.intermediate_size, self.config, ('embed', 'mlp'), 'dense')(x)),
+    return constrain(dense_gelu(x, self.tower.intermediate_size, self.config, ('embed', 'mlp'), 'dense'),
                      ('activation_batch', 'activation_mlp'))
 
 
@@ -472,7 +482,7 @@ class GeneratorHead(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    x = gelu(dense(self.config.embedding_size, self.config, ('embed', 'token_embed'), 'dense')(x))
+    x = dense_gelu(x, self.config.embedding_size, self.config, ('embed', 'token_embed'), 'dense')
     return layer_norm(self.config, 'token_embed')(x)
 
 
@@ -491,7 +501,7 @@ class DiscriminatorHead(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    x = gelu(dense(self.config.hidden_size, self.config, ('embed', 'mlp'), 'dense')(x))
+    x = dense_gelu(x, self.config.hidden_size, self.config, ('embed', 'mlp'), 'dense')
     x = constrain(x, ('activation_batch', 'activation_length', 'activation_mlp'))
     # The H -> 1 projection is cheap: float32 keeps the logit (and the loss) exact under bfloat16.
     f32 = dataclasses.replace(self.config, dtype='float32')

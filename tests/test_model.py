@@ -619,3 +619,28 @@ def test_tied_logits_backward_runs_in_the_inputs_dtype():
   for ours, exact in zip(loss(model_lib.tied_logits)(*half), loss(einsum)(x, table)):
     assert ours.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(ours, np.float32), exact, rtol=0.05, atol=0.05)
+
+
+def test_dense_gelu_keeps_only_the_matmul_output_for_the_backward_pass(capsys):
+  """model.dense_gelu: gelu(dense(x)) with nn.Dense's parameters and the same values and gradients; what it keeps
+  for the backward pass of the [tokens, features] size is the matmul's output alone (the bias add and GELU are done
+  again there), where autodiff of gelu(dense(x)) keeps three such tensors (GELU's intermediate values)."""
+  class Both(nn.Module):
+    ours: bool
+
+    @nn.compact
+    def __call__(self, x):
+      if self.ours:
+        return model_lib.dense_gelu(x, 16, CONFIG, ('embed', 'mlp'), 'dense')
+      return model_lib.gelu(model_lib.dense(16, CONFIG, ('embed', 'mlp'), 'dense')(x))
+  x = jax.random.normal(jax.random.PRNGKey(0), (6, 8))
+  ours, autodiff = Both(True), Both(False)
+  params = ours.init(jax.random.PRNGKey(1), x)
+  jax.tree.map(np.testing.assert_array_equal, params, autodiff.init(jax.random.PRNGKey(1), x))
+  loss = lambda module: lambda p, x: jnp.sum(jnp.sin(module.apply(p, x)))
+  np.testing.assert_allclose(ours.apply(params, x), autodiff.apply(params, x), rtol=1e-6)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7),
+               jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(autodiff), argnums=(0, 1))(params, x))
+  for module, kept in ((ours, 1), (autodiff, 3)):
+    jax.ad_checkpoint.print_saved_residuals(lambda p, x, m=module: jnp.sum(m.apply(p, x)), params, x)
+    assert capsys.readouterr().out.count('f32[6,16]') == kept
