@@ -31,16 +31,16 @@ _AOT = aot.define_flags()  # --config and --topology (and the fine-tuning flags,
 _LEVERS = flags.DEFINE_list('levers', 'baseline,no_dropout,dot_product_attention', 'Variants to compile.')
 
 
-def dot_product_attention(self, x, attention_bias, rows, *, deterministic: bool):
+def dot_product_attention(self, x, pad, rows, *, deterministic: bool):
   """SelfAttention.__call__ through jax.nn.dot_product_attention (no attention dropout: it has none)."""
   del rows, deterministic
   c, t = self.config, self.tower
-  batch, length = attention_bias.shape[0], attention_bias.shape[-1]
+  batch, length = pad.bias.shape[0], pad.bias.shape[-1]
   head_dim = t.hidden_size // t.num_heads
   split = lambda y: model.constrain(y.reshape(batch, length, t.num_heads, head_dim),
                                     ('activation_batch', 'activation_length', 'activation_heads', None))
   q, k, v = (split(model.dense(t.hidden_size, c, ('embed', 'heads'), n)(x)) for n in ('query', 'key', 'value'))
-  context = jax.nn.dot_product_attention(q, k, v, mask=attention_bias > -1)  # [batch, 1, 1, length]: 1 = token
+  context = jax.nn.dot_product_attention(q, k, v, mask=pad.bias > -1)  # [batch, 1, 1, length]: 1 = token
   return model.constrain(context.reshape(x.shape[0], t.hidden_size), ('activation_batch', 'activation_heads'))
 
 

@@ -21,6 +21,7 @@ index in the full batch; they default to 0..batch-1.
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -273,16 +274,32 @@ def fused_projections(x, layers, config: ModelConfig) -> list:
   return [y[:, i] for i in range(len(layers))]
 
 
+class Padding(NamedTuple):
+  """A batch's padding in the two forms the attention takes it (`padding`; XLA drops the one a config does not use).
+  bias [batch, 1, 1, length]: 0 on tokens, -1e9 on padding, added to the scores (model.attention='einsum'). keys
+  [batch] int32: each row's count of tokens, at least 1 (jax.nn.dot_product_attention's key_value_seq_lengths):
+  input_mask is a prefix of ones, the tokens then the padding, in every example the data pipelines make."""
+  bias: jax.Array
+  keys: jax.Array
+
+
+def padding(input_mask) -> Padding:
+  """The Padding of input_mask [batch, length] (1 = token). A row of padding only keeps one key in `keys` (a count
+  of 0 is no length cuDNN takes); its outputs are weighed by 0, as with the bias."""
+  return Padding(jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32),
+                 jnp.maximum(jnp.sum(input_mask > 0, axis=-1), 1).astype(jnp.int32))
+
+
 class SelfAttention(nn.Module):
   """HF `attention.self`: query/key/value projections and masked softmax attention."""
   config: ModelConfig
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, rows, *, deterministic: bool):
-    """x [tokens = batch * length, hidden], attention_bias [batch, 1, 1, length] -> [tokens, hidden]."""
+  def __call__(self, x, pad: Padding, rows, *, deterministic: bool):
+    """x [tokens = batch * length, hidden], the batch's Padding -> [tokens, hidden]."""
     c, t = self.config, self.tower
-    batch, length = attention_bias.shape[0], attention_bias.shape[-1]
+    batch, length = pad.bias.shape[0], pad.bias.shape[-1]
     head_dim = t.hidden_size // t.num_heads
     split = lambda y: constrain(y.reshape(batch, length, t.num_heads, head_dim),
                                 ('activation_batch', 'activation_length', 'activation_heads', None))
@@ -293,26 +310,23 @@ class SelfAttention(nn.Module):
       projected = [dense(t.hidden_size, c, ('embed', 'heads'), n)(x) for n in names]
     q, k, v = map(split, projected)
     if c.attention in ('cudnn', 'xla'):  # jax.nn.dot_product_attention: no attention dropout (config.ATTENTIONS)
-      # The padding as each row's count of keys (input_mask is a prefix of ones: the tokens, then the padding), not
-      # as a bias: cuDNN then reads no [batch, 1, length, length] bias (it takes none shaped [batch, 1, 1, length]),
-      # computes no gradient for it, and skips the padded keys. A row of padding only keeps one key (a count of 0
-      # is no length cuDNN takes); its outputs are weighed by 0, as with the bias.
-      keys = jnp.maximum(jnp.sum(attention_bias[:, 0, 0, :] == 0, axis=-1), 1).astype(jnp.int32)
-      context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=keys, implementation=c.attention)
+      # The padding as each row's count of keys, not as a bias: cuDNN then reads no [batch, 1, length, length]
+      # bias (it takes none shaped [batch, 1, 1, length]), computes no gradient for it, and skips the padded keys.
+      context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=pad.keys, implementation=c.attention)
       return constrain(context.reshape(x.shape[0], t.hidden_size), ('activation_batch', 'activation_heads'))
     # Scores, softmax and the attention bias in float32 whatever the model dtype.
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32) / jnp.sqrt(
         jnp.float32(head_dim))
     scores_axes = ('activation_batch', 'activation_heads', 'activation_length', None)
     if jnp.dtype(c.dtype) == jnp.float32:
-      probs = constrain(jax.nn.softmax(scores + attention_bias, axis=-1), scores_axes)
+      probs = constrain(jax.nn.softmax(scores + pad.bias, axis=-1), scores_axes)
       probs = Dropout(c.attention_dropout_rate, c.dropout_draw)(probs, rows, deterministic=deterministic)
       probs = probs.astype(v.dtype)
       context = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
     else:  # keeps one bf16 copy of the probabilities for the backward pass, not a float32 one beside it
       dropout = Dropout(c.attention_dropout_rate, c.dropout_draw)
       keep = None if deterministic or dropout.rate == 0.0 else dropout.keep(scores.shape, rows)
-      logits = constrain(scores + attention_bias, scores_axes)
+      logits = constrain(scores + pad.bias, scores_axes)
       context = attention.probs_times_values(logits, v, keep, dropout.rate)
     context = context.reshape(x.shape[0], t.hidden_size)
     return constrain(context, ('activation_batch', 'activation_heads'))
@@ -338,9 +352,8 @@ class Attention(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, rows, *, deterministic: bool, keep=None):
-    context = SelfAttention(self.config, self.tower, name='self')(x, attention_bias, rows,
-                                                                  deterministic=deterministic)
+  def __call__(self, x, pad: Padding, rows, *, deterministic: bool, keep=None):
+    context = SelfAttention(self.config, self.tower, name='self')(x, pad, rows, deterministic=deterministic)
     return Output(self.config, self.tower, 'heads', name='output')(context, x, rows, deterministic=deterministic,
                                                                    keep=keep)
 
@@ -361,10 +374,10 @@ class Layer(nn.Module):
   tower: TowerConfig
 
   @nn.compact
-  def __call__(self, x, attention_bias, deterministic: bool, rows, keep=None):
+  def __call__(self, x, pad: Padding, deterministic: bool, rows, keep=None):
     """`keep`: the masks of the two output dropouts [2, tokens, hidden] (`tower_keep`), or None."""
     c, t = self.config, self.tower
-    h = Attention(c, t, name='attention')(x, attention_bias, rows, deterministic=deterministic,
+    h = Attention(c, t, name='attention')(x, pad, rows, deterministic=deterministic,
                                           keep=None if keep is None else keep[0])
     inner = Intermediate(c, t, name='intermediate')(h)
     return Output(c, t, 'mlp', name='output')(inner, h, rows, deterministic=deterministic,
@@ -390,19 +403,19 @@ class Encoder(nn.Module):
     unrolled stack.
     """
     rows = _rows(rows, input_mask)
-    attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, -1e9).astype(jnp.float32)
+    pad = padding(input_mask)
     block = remat(Layer, self.config.remat)
     h = constrain(x.reshape(-1, x.shape[-1]), ('activation_batch', 'activation_embed'))
     if self.config.scan_layers:
-      step = lambda layer, carry, bias, r: (layer(carry, bias, deterministic, r), None)
+      step = lambda layer, carry, pad, r: (layer(carry, pad, deterministic, r), None)
       scanned = nn.scan(step, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
                         in_axes=(nn.broadcast, nn.broadcast), length=self.tower.num_layers,
                         metadata_params={nn.PARTITION_NAME: None})
-      h, _ = scanned(block(self.config, self.tower, name='layers'), h, attention_bias, rows)
+      h, _ = scanned(block(self.config, self.tower, name='layers'), h, pad, rows)
     else:
       keep = self.tower_keep(h.shape, rows, deterministic)
       for i in range(self.tower.num_layers):
-        h = block(self.config, self.tower, name=f'layer_{i}')(h, attention_bias, deterministic, rows,
+        h = block(self.config, self.tower, name=f'layer_{i}')(h, pad, deterministic, rows,
                                                               None if keep is None else keep[i])
     return constrain(h.reshape(x.shape[:2] + (h.shape[-1],)),
                      ('activation_batch', 'activation_length', 'activation_embed'))

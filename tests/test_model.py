@@ -624,7 +624,7 @@ def test_tied_logits_backward_runs_in_the_inputs_dtype():
 def test_dense_gelu_keeps_only_the_matmul_output_for_the_backward_pass(capsys):
   """model.dense_gelu: gelu(dense(x)) with nn.Dense's parameters and the same values and gradients; what it keeps
   for the backward pass of the [tokens, features] size is the matmul's output alone (the bias add and GELU are done
-  again there), where autodiff of gelu(dense(x)) keeps three such tensors (GELU's intermediate values)."""
+  again there), where autodiff of gelu(dense(x)) keeps more (GELU's intermediate values)."""
   class Both(nn.Module):
     ours: bool
 
@@ -641,6 +641,7 @@ def test_dense_gelu_keeps_only_the_matmul_output_for_the_backward_pass(capsys):
   np.testing.assert_allclose(ours.apply(params, x), autodiff.apply(params, x), rtol=1e-6)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7),
                jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(autodiff), argnums=(0, 1))(params, x))
-  for module, kept in ((ours, 1), (autodiff, 3)):
-    jax.ad_checkpoint.print_saved_residuals(lambda p, x, m=module: jnp.sum(m.apply(p, x)), params, x)
-    assert capsys.readouterr().out.count('f32[6,16]') == kept
+  def kept(module):  # residuals of the [tokens, features] size
+    jax.ad_checkpoint.print_saved_residuals(lambda p, x: jnp.sum(module.apply(p, x)), params, x)
+    return capsys.readouterr().out.count('f32[6,16]')
+  assert kept(ours) == 1 < kept(autodiff)
