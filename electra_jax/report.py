@@ -98,7 +98,7 @@ def compiled(what: str, compile_fn):
   if hits:
     seconds.pop('XLA', None)  # the loading is XLA's part then
   stages = ', '.join(f'{stage} {seconds[stage]:.1f} s' for stage in STAGES.values() if stage in seconds)
-  note = ('from the compilation cache' + (': ' if stages else '') if hits else '') + stages
+  note = ': '.join(filter(None, ('from the compilation cache' if hits else '', stages)))
   return result, f'compiled {what} in {clock() - start:.1f} s' + (f' ({note})' if note else '')
 
 
