@@ -12,6 +12,7 @@ copy, a collective); instructions inside a `while` loop launch once per iteratio
 
 import collections
 import dataclasses
+import math
 import re
 
 GROUPS = ('masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer', 'other')
@@ -421,8 +422,10 @@ def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: floa
 
 def _sliced_bytes(body: str) -> dict[int, int]:
   """{operand index (-1: the result): bytes it moves} for what a fused computation's text touches only in part:
-  a parameter read only by dynamic-slices (their results' bytes), one updated in place by a dynamic-update-slice
-  (nothing read), a result (or a result's tuple element) that is a dynamic-update-slice (its update's bytes)."""
+  a parameter read only by slices, directly or of its conversions (the slices' elements: a scanned layer's row of
+  the stacked weights, a weight of optimizer.FlatParams' vectors cast to bfloat16), one updated in place by a
+  dynamic-update-slice (nothing read), a result (or a result's tuple element) that is a dynamic-update-slice (its
+  update's bytes)."""
   defs, params, uses, root = {}, {}, collections.defaultdict(list), ''
   for line in body.splitlines()[1:]:
     m = _INSTRUCTION.match(line)
@@ -435,14 +438,28 @@ def _sliced_bytes(body: str) -> dict[int, int]:
     operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
     defs[name] = (opcode, operands, shape)
     for position, operand in enumerate(operands):
-      uses[operand].append((opcode, position, shape))
+      uses[operand].append((opcode, position, shape, name))
     if line.lstrip().startswith('ROOT'):
       root = name
+
+  def sliced(name: str) -> int | None:  # elements of `name` read, if only by slices (of its conversions)
+    read = 0
+    for op, position, shape, user in uses[name]:
+      further = sliced(user) if op in ('convert', 'bitcast') else None
+      if op in ('slice', 'dynamic-slice') and position == 0:
+        read += math.prod(_shape_bytes(shape)[1][0][1])
+      elif further is None:
+        return None
+      else:
+        read += further
+    return read
+
   out = {}
   for name, index in params.items():
-    if uses[name] and all(op == 'dynamic-slice' and pos == 0 for op, pos, _ in uses[name]):
-      out[index] = sum(_shape_bytes(shape)[0] for _, _, shape in uses[name])
-    elif uses[name] and all(op == 'dynamic-update-slice' and pos == 0 for op, pos, _ in uses[name]):
+    elements = sliced(name) if uses[name] else None
+    if elements is not None:
+      out[index] = elements * _BYTES[_shape_bytes(defs[name][2])[1][0][0]]
+    elif uses[name] and all(op == 'dynamic-update-slice' and pos == 0 for op, pos, _, _ in uses[name]):
       out[index] = 0
 
   def written(name: str) -> tuple[int, bool]:  # (bytes, whether only a slice of it)

@@ -136,6 +136,19 @@ def test_roofline_counts_the_slices_a_scanned_layer_reads_and_writes():
   assert kernels.roofline(SCAN_HLO, found, 52.0, 1e12) == {'loop_dynamic_update_slice_fusion.1': 1.0}
 
 
+@pytest.mark.parametrize('read', [
+    '%ds = f32[1,4]{1,0} slice(%p0), slice={[3:4], [0:4]}',  # a static slice: 16 of the stack's 192 bytes
+    # a slice of its conversion (a weight of optimizer.FlatParams' vector cast to bfloat16): still 16 bytes read
+    '%cast = bf16[12,4]{1,0} convert(%p0)\n  %row = bf16[1,4]{1,0} slice(%cast), slice={[3:4], [0:4]}\n'
+    '  %ds = f32[1,4]{1,0} convert(%row)',
+])
+def test_roofline_counts_the_slices_a_kernel_reads(read):
+  """The scan's kernel reading its row by a static slice, directly or of a conversion: 52 bytes moved again."""
+  hlo = SCAN_HLO.replace('%ds = f32[1,4]{1,0} dynamic-slice(%p0, %p1, %zero), dynamic_slice_sizes={1,4}', read)
+  assert read in hlo
+  assert kernels.roofline(hlo, kernels.parse(hlo), 52.0, 1e12) == {'loop_dynamic_update_slice_fusion.1': 1.0}
+
+
 def test_time_by_group_sums_each_part_of_the_step_costliest_first():
   ops = [kernels.Timed('fusion.1', 'model', 2.0, 1), kernels.Timed('gemm.2', 'model', 3.5, 2),
          kernels.Timed('fusion.3', 'optimizer', 4.0, 100), kernels.Timed('copy.4', 'other', 0.25, 0.5)]
