@@ -55,7 +55,7 @@ def main(argv):
   for name, c in variants:
     run = Pretraining(c, synthetic.SPECIAL, sharding.make_mesh(c.mesh))
     run.compile()
-    state = run.init_state(jax.random.PRNGKey(0))
+    state = run.step_layout(run.init_state(jax.random.PRNGKey(0)))
     rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
     device_batch = sharding.global_batch(batch, run.batch_sharding)
     state, metrics = run.step_fn(state, device_batch, rng)  # warm-up

@@ -90,7 +90,7 @@ def time_jax(c, batch, t0: float) -> dict:
   executable = run.compile()  # what step_fn (steps_fn: k steps a call, each on a copy of the batch) runs from now on
   step_fn, put = (run.step_fn, run.put_batch) if k == 1 else (run.steps_fn, lambda b: run.put_batches([b] * k))
   compiled = time.perf_counter()
-  state = jax.block_until_ready(run.init_state(jax.random.PRNGKey(0)))
+  state = jax.block_until_ready(run.step_layout(run.init_state(jax.random.PRNGKey(0))))
   initialised = time.perf_counter()
   if _COMPILE_ONLY.value:
     return {'compile_seconds': compiled - start, 'init_seconds': initialised - compiled}

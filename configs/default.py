@@ -113,6 +113,9 @@ def get_config():
   config.optimizer = adam()
   config.optimizer.learning_rate = d.optimizer.learning_rate  # Peak learning rate.
   config.optimizer.warmup_steps = d.optimizer.warmup_steps  # Linear warm-up steps (overlapping the linear decay).
+  # The step's parameters and moments as two vectors, one update each (config.py: optimizer.flat_params); 'auto':
+  # on GPUs whose parameters are replicated. Checkpoints are the same either way.
+  config.optimizer.flat_params = d.optimizer.flat_params
 
   config.data = ml_collections.ConfigDict()
   # Text files (glob, directory, .gz ok), 'tfds:NAME[/CONFIG]', or a directory `python -m electra_jax.data build`

@@ -352,10 +352,22 @@ class OptimizerConfig(AdamConfig):
   """Pre-training: AdamW with warm-up overlapping a linear decay to 0 at train_steps."""
   learning_rate: float = 5e-4
   warmup_steps: int = 10000
+  flat_params: str = 'auto'  # FLAT_PARAMS
 
   def __post_init__(self):
     super().__post_init__()
     check_ranges('optimizer.', self, positive=('learning_rate',), not_negative=('warmup_steps',))
+    if self.flat_params not in FLAT_PARAMS:
+      raise ConfigError(f'optimizer.flat_params must be one of {", ".join(FLAT_PARAMS)}, got {self.flat_params!r}')
+
+
+# optimizer.flat_params: how the pre-training step stores the parameters and the optimiser's moments in its state.
+#   'true': as two float32 vectors (optimizer.FlatParams), updated by one kernel each on a GPU instead of one per
+#   parameter (384 of ELECTRA-Small's 2,174 kernels a step for an H100: bench/gpu_kernels.py); the same values, and
+#   checkpoints are saved and read as the tree either way. Needs replicated parameters (no fsdp or tensor axis) and
+#   an objective that trains every parameter alike (not electra_frozen nor two-stage training). 'false': one array
+#   per parameter. 'auto': 'true' on GPUs where it can be, else 'false'.
+FLAT_PARAMS = ('auto', 'true', 'false')
 
 
 # data.tokenizer_type: the tokenizers `electra_jax.data.tokenizer` trains.

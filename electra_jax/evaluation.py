@@ -55,21 +55,23 @@ def binned_auc(replaced: np.ndarray, original: np.ndarray) -> float | None:
   return float(np.sum(replaced * (below + 0.5 * original)) / (replaced.sum() * original.sum()))
 
 
-def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking.SpecialIds):
+def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking.SpecialIds, flat=None):
   """(Metrics, histograms) of one held-out batch {input_ids, segment_ids, input_mask} [batch, length], without
   dropout, under the objective's schedules at the state's step. `histograms` is `logit_histograms` of the
-  discriminator for replaced-token detection objectives, else None."""
+  discriminator for replaced-token detection objectives, else None. `flat`: the optimizer.FlatParams the state's
+  parameters are stored as (the train step's layout), if any."""
   c = config.objective
+  params = flat.unravel(state.params) if flat else state.params
   progress = state.step / config.train_steps
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
   vocab_size = config.model.vocab_size
   if objective.get(c.name).discriminator_head != 'rtd':  # an MLM discriminator: its own metrics, no AUC
-    _, metrics = objective.get(c.name).loss(apply_fn, state.params, batch, rng, config=c, special=special,
+    _, metrics = objective.get(c.name).loss(apply_fn, params, batch, rng, config=c, special=special,
                                             vocab_size=vocab_size, progress=progress, deterministic=True)
     return metrics, None
   masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special, vocab_size=vocab_size,
                                                     progress=progress)
-  sums, detection = objective.replaced_token_detection(apply_fn, state.params, batch, masked, sample,
+  sums, detection = objective.replaced_token_detection(apply_fn, params, batch, masked, sample,
                                                        deterministic=True, rngs=rngs,
                                                        selected_only=objective.get(c.name).selected_only)
   _, metrics = objective.loss_and_metrics(sums, c, progress=progress)
@@ -105,13 +107,13 @@ class Evaluator:
     if count < num_batches and jax.process_index() == 0:
       print(f'evaluating on {count} held-out batches, not eval_batches={num_batches}: the held-out text packs into '
             f'{len(examples)} examples', file=sys.stderr)
-    step = functools.partial(eval_step, model=run.model, config=c, special=run.special)
-    jitted = jax.jit(step, in_shardings=(run.state_shardings, run.batch_sharding, replicated),
+    step = functools.partial(eval_step, model=run.model, config=c, special=run.special, flat=run.flat)
+    jitted = jax.jit(step, in_shardings=(run.step_shardings, run.batch_sharding, replicated),
                      out_shardings=replicated)
 
     def compile_step():
       with sharding.activate(run.mesh, c.mesh.rules):
-        return jitted.lower(run.abstract_state(), run.abstract_batch(), run.abstract_key()).compile()
+        return jitted.lower(run.abstract_step_state(), run.abstract_batch(), run.abstract_key()).compile()
     # Compiled now, in a thread beside the train step's compile, not at the first evaluation hours into the run.
     self._compiled = scaffold.compile_in_thread('the evaluation step', compile_step)
     self._accumulate = jax.jit(metrics_lib.accumulate)

@@ -19,7 +19,7 @@ import optax
 from flax import traverse_util
 
 from electra_jax import masking, objective, optimizer, scaffold, sharding
-from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
+from electra_jax.config import ConfigError, ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.model import Electra, dropout_rngs
 from electra_jax.scaffold import ABSTRACT_KEY
 
@@ -33,13 +33,14 @@ class TrainState:
 
 def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.GradientTransformation,
                schedule: optax.Schedule, config: ObjectiveConfig, special: masking.SpecialIds, train_steps: int,
-               grad_accum_steps: int = 1, flat_norm: bool = False):
+               grad_accum_steps: int = 1, flat_norm: bool = False, flat: optimizer.FlatParams | None = None):
   """One optimiser step on a batch {input_ids, segment_ids, input_mask} of [batch, length] int32 arrays.
 
   `rng` is the run's base key; this step's randomness (masking, sampling, dropout) is `fold_in(rng, step)`, and
   the objective's schedules (temperature, lambda) read step / `train_steps`, so a resumed run draws and weighs
   exactly what an uninterrupted one would. With `grad_accum_steps` k > 1 the gradient is summed over k
-  micro-batches of batch/k rows, equal (up to float rounding) to the one-batch gradient.
+  micro-batches of batch/k rows, equal (up to float rounding) to the one-batch gradient. With `flat`, the state's
+  parameters and moments are stored as `flat` lays them out (`flat.ravel_state`); the same step.
   """
   rng = jax.random.fold_in(rng, state.step)
   progress = state.step / train_steps
@@ -48,7 +49,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
   two_stage = config.two_stage_generator_steps > 0
   spec = objective.get(config.name)
   loss, metrics_fn = spec.loss, spec.metrics
-  params = state.params
+  params = flat.unravel(state.params) if flat else state.params
   if two_stage:  # checked in config.load: the electra objective, a same-size generator
     params = two_stage_params(params, state.step, config.two_stage_generator_steps, model.config)
     loss = functools.partial(objective.two_stage_loss, step=state.step)
@@ -63,6 +64,8 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
                                           progress=progress, sums_fn=spec.sums, metrics_fn=metrics_fn,
                                           selected_only=spec.selected_only)
   with jax.named_scope('optimizer'):  # names its operations in profiles (electra_jax.kernels)
+    if flat:
+      grads, params = flat.ravel(grads), state.params
     updates, opt_state = tx.update(grads, state.opt_state, params)
     if two_stage:
       updates = two_stage_updates(updates, state.step, config.two_stage_generator_steps, model.config)
@@ -172,21 +175,33 @@ class Pretraining:
     c = self.config
     spec = objective.get(c.objective.name)
     self.model = spec.training_model(c)
-    # On GPUs, whose steps are bound by their launches, replicated parameters (no fsdp or tensor axis) take their
-    # gradients' global norm in a few kernels (optimizer.global_norm); elsewhere leaf by leaf, as optax does.
-    flat_norm = (self.mesh.devices.flat[0].platform == 'gpu'
-                 and sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1)
+    # On GPUs, whose steps are bound by their launches, replicated parameters (no fsdp or tensor axis) are stored
+    # as two vectors (optimizer.flat_params), or else take their gradients' global norm in a few kernels
+    # (optimizer.global_norm); elsewhere one array each, the norm leaf by leaf, as optax does.
+    on_gpu = self.mesh.devices.flat[0].platform == 'gpu'
+    replicated = sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1
+    flat = _flat_params(c, spec, on_gpu, replicated)
+    flat_norm = on_gpu and replicated and not flat
     tx, self.schedule = optimizer.make_optimizer(c.optimizer, c.train_steps, flat_norm)
     self.tx = spec.optimizer(tx)
     self.state_shardings, self._abstract_state = scaffold.state_layout(self.mesh, c.mesh.rules, self._init_boxed)
+    # optimizer.FlatParams: how the step stores the state's parameters, if not one array each
+    self.flat = optimizer.FlatParams(self._abstract_state.params) if flat else None
+    self.step_shardings, self._abstract_step_state = self.state_shardings, self._abstract_state
+    if self.flat:  # replicated, as the parameters are
+      everywhere = sharding.replicated(self.mesh)
+      shapes = jax.eval_shape(self.flat.ravel_state, self._abstract_state)
+      self.step_shardings = jax.tree.map(lambda _: everywhere, shapes)
+      self._abstract_step_state = jax.tree.map(
+          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), shapes)
     self.batch_sharding = sharding.batch_sharding(self.mesh, c.mesh.rules)
     self.steps_batch_sharding = jax.sharding.NamedSharding(
         self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
     step = functools.partial(train_step, model=self.model, tx=self.tx, schedule=self.schedule,
                              config=c.objective, special=self.special, train_steps=c.train_steps,
-                             grad_accum_steps=c.grad_accum_steps, flat_norm=flat_norm)
+                             grad_accum_steps=c.grad_accum_steps, flat_norm=flat_norm, flat=self.flat)
     self._train_step = step  # not jitted: `jitted` scans it for several steps a call
-    self._step = scaffold.jit_step(step, self.state_shardings, self.batch_sharding)
+    self._step = scaffold.jit_step(step, self.step_shardings, self.batch_sharding)
     self._init = scaffold.Initialiser(self._init_boxed, self._abstract_state)
     self._stage = {s: jax.jit(_copy_into, donate_argnums=0, out_shardings=s)  # put_batch's, put_batches'
                    for s in (self.batch_sharding, self.steps_batch_sharding)}
@@ -259,6 +274,25 @@ class Pretraining:
     """Shapes, dtypes and shardings of the state, without allocating it (for restoring checkpoints)."""
     return self._abstract_state
 
+  def abstract_step_state(self) -> TrainState:
+    """`abstract_state` as the step takes it: its parameters stored as `self.flat` says (`step_layout`)."""
+    return self._abstract_step_state
+
+  def step_layout(self, state: TrainState) -> TrainState:
+    """`state` (a TrainState of `abstract_state`'s layout) as the step takes it: with `self.flat`, its parameters
+    and moments raveled into vectors (new arrays); else `state` itself."""
+    return self._layouts[0](state) if self.flat else state
+
+  def tree_layout(self, state: TrainState) -> TrainState:
+    """The inverse of `step_layout`, into new arrays: what checkpoints store."""
+    return self._layouts[1](state) if self.flat else state
+
+  @functools.cached_property
+  def _layouts(self):
+    """(`step_layout`'s and `tree_layout`'s conversions, jitted)."""
+    return (jax.jit(self.flat.ravel_state, out_shardings=self.step_shardings),
+            jax.jit(self.flat.unravel_state, out_shardings=self.state_shardings))
+
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
     shape = (self.config.batch_size, self.config.data.max_seq_length)
     return {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=self.batch_sharding)
@@ -275,15 +309,15 @@ class Pretraining:
     launched by one call: on a GPU the host's launching of a call sets the pace of a small model's step
     (BENCHMARKS.md). Trace and lower it as `lower` does."""
     if steps == 1:
-      return self._step, (self.abstract_state(), self.abstract_batch(), self.abstract_key())
+      return self._step, (self.abstract_step_state(), self.abstract_batch(), self.abstract_key())
 
     def scanned(state, batches, rng):
       state, metrics = jax.lax.scan(lambda s, batch: self._train_step(s, batch, rng), state, batches)
       return state, jax.tree.map(lambda m: m.sum(axis=0), metrics)
     batches = {name: jax.ShapeDtypeStruct((steps, *a.shape), a.dtype, sharding=self.steps_batch_sharding)
                for name, a in self.abstract_batch().items()}
-    jitted = scaffold.jit_step(scanned, self.state_shardings, self.steps_batch_sharding)
-    return jitted, (self.abstract_state(), batches, self.abstract_key())
+    jitted = scaffold.jit_step(scanned, self.step_shardings, self.steps_batch_sharding)
+    return jitted, (self.abstract_step_state(), batches, self.abstract_key())
 
   def lower(self, steps: int = 1):
     """Lowers the train step (`steps` of them a call: `jitted`) for the configured shapes without allocating
@@ -293,6 +327,21 @@ class Pretraining:
     jitted, args = self.jitted(steps)
     with sharding.activate(self.mesh, self.config.mesh.rules), scaffold.threefry_kernels():
       return jitted.lower(*args)
+
+
+def _flat_params(c: TrainConfig, spec: objective.Objective, on_gpu: bool, replicated: bool) -> bool:
+  """Whether run `c` stores its parameters as optimizer.FlatParams (optimizer.flat_params); raises ConfigError
+  where 'true' cannot be."""
+  why_not = ''
+  if not replicated:
+    why_not = 'the parameters are sharded (an fsdp or tensor axis): concatenating them would gather them'
+  elif spec.frozen_generator:
+    why_not = f'objective {c.objective.name} does not train every parameter alike'
+  elif c.objective.two_stage_generator_steps:
+    why_not = 'objective.two_stage_generator_steps trains the generator and the discriminator apart'
+  if c.optimizer.flat_params == 'true' and why_not:
+    raise ConfigError(f'optimizer.flat_params=true: {why_not}; use optimizer.flat_params=auto')
+  return not why_not and (c.optimizer.flat_params == 'true' or (c.optimizer.flat_params == 'auto' and on_gpu))
 
 
 def _copy_into(old: dict, new: dict) -> dict:

@@ -82,6 +82,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           f'raise --config.train_steps to train further.', file=sys.stderr)
     checkpointer.close()
     return {}
+  state = run.step_layout(state)  # checkpoints hold the tree, the step may take it otherwise (optimizer.flat_params)
   rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
@@ -100,7 +101,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           log.writer.write(step, evaluated)
         if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
           log.check_finite()
-          checkpointer.save(step, state, batches.get_state())
+          checkpointer.save(step, run.tree_layout(state), batches.get_state())
         if stopping:
           checkpointer.wait()
           log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '

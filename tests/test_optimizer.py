@@ -93,8 +93,29 @@ def _adam_state(opt_state):
   return found[0]
 
 
+def test_flat_params_lay_out_the_model_in_two_vectors():
+  """FlatParams: the weight matrices and tables (decay_mask's True) in one vector, biases and LayerNorm parameters
+  in the other, each in tree order; unravel gives back every leaf exactly, and ravel_state ravels the optimiser's
+  moments (subtrees shaped like the parameters) and nothing else."""
+  abstract = _model_params(boxed=False)
+  r = np.random.RandomState(0)
+  params = jax.tree.map(lambda x: r.normal(size=x.shape).astype(np.float32), abstract)
+  flat = optimizer.FlatParams(abstract)
+  vectors = flat.ravel(params)
+  decays = jax.tree.leaves(optimizer.decay_mask(params))
+  for group, decayed in ((optimizer.DECAY, True), (optimizer.NO_DECAY, False)):
+    leaves = [x.ravel() for x, d in zip(jax.tree.leaves(params), decays) if d == decayed]
+    np.testing.assert_array_equal(vectors[group], np.concatenate(leaves))
+  jax.tree.map(np.testing.assert_array_equal, flat.unravel(vectors), params)
+  state = optimizer.ScaleByAdamState(mu=params, nu=params), jnp.int32(3)
+  raveled = flat.ravel_state(state)
+  assert set(raveled[0].mu) == {optimizer.DECAY, optimizer.NO_DECAY} and int(raveled[1]) == 3
+  jax.tree.map(np.testing.assert_array_equal, flat.unravel_state(raveled), state)
+
+
+@pytest.mark.parametrize('flat', [False, True])  # the parameters as FlatParams' two vectors: the same update
 @pytest.mark.parametrize('grad_scale', [3.0, 0.05])  # global norm well above / below the clip norm 1
-def test_update_matches_numpy_reference(grad_scale):
+def test_update_matches_numpy_reference(grad_scale, flat):
   # Three steps: at t = 0 the warm-up makes the learning rate 0 (params unchanged, moments updated), then
   # t = 1, 2 with lr_t = 0.1 * min(1, t / 2) * (1 - t / 10) = 0.045, 0.08. Gradients mix large and small
   # entries so that eps = 1e-6 is not negligible against sqrt(v) after clipping (the update depends on the
@@ -111,14 +132,18 @@ def test_update_matches_numpy_reference(grad_scale):
   expected_params, expected_mu = _np_reference(params, grads, config, train_steps=10)
 
   tx, _ = optimizer.make_optimizer(config, train_steps=10)
-  state = tx.init(params)
-  p = params
+  layout = optimizer.FlatParams(params) if flat else None
+  ravel = layout.ravel if flat else lambda tree: tree
+  p = ravel(params)
+  state = tx.init(p)
   update = jax.jit(tx.update)
   for step, g in enumerate(grads):
-    updates, state = update(g, state, p)
+    updates, state = update(ravel(g), state, p)
     if step == 0:
       assert all(np.all(np.asarray(u) == 0) for u in jax.tree.leaves(updates))  # lr(0) = 0
     p = optax.apply_updates(p, updates)
+  if flat:
+    p, state = layout.unravel(p), layout.unravel_state(state)
   for got, want in zip(jax.tree.leaves(p), jax.tree.leaves(expected_params)):
     np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=1e-6)
   for got, want in zip(jax.tree.leaves(_adam_state(state).mu), jax.tree.leaves(expected_mu)):

@@ -192,6 +192,32 @@ def test_flat_norm_steps_as_the_per_leaf_norm(run, batch, initial):
 
 
 @pytest.mark.slow
+def test_flat_params_step_as_the_tree_step(run, batch, initial):
+  """optimizer.flat_params=true (the GPUs' default where parameters are replicated): the state's parameters and
+  moments stored as two vectors (optimizer.FlatParams), the same two steps and metrics as one array per parameter,
+  up to float32 summation order (the gradients' norm over 2 vectors, not ~60 leaves); the layouts convert both ways
+  exactly. Sharded parameters refuse it in one line."""
+  flat_run = Pretraining(_config(optimizer__flat_params='true'), SPECIAL, run.mesh)
+  assert run.flat is None and flat_run.flat is not None
+  state, flat_state = _fresh(run, initial, step=1), flat_run.step_layout(_fresh(run, initial, step=1))
+  sizes = {name: v.size for name, v in flat_state.params.items()}
+  assert sum(sizes.values()) == sum(x.size for x in jax.tree.leaves(initial.params)) and min(sizes.values()) > 0
+  jax.tree.map(np.testing.assert_array_equal, _host(flat_run.tree_layout(flat_state)), _host(_fresh(run, initial, 1)))
+  for seed in (1, 2):
+    state, metrics = run.step_fn(state, batch, _rng(seed))
+    flat_state, flat_metrics = flat_run.step_fn(flat_state, batch, _rng(seed))
+    for name in metrics:
+      np.testing.assert_allclose(_value(flat_metrics, name), _value(metrics, name), rtol=1e-5, err_msg=name)
+  assert _value(metrics, 'grad_norm') > 1.0  # the clip acts (clip_norm 1.0)
+  tree = _host(flat_run.tree_layout(flat_state))
+  assert int(tree.step) == 3
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7), (tree.params, tree.opt_state),
+               _host((state.params, state.opt_state)))
+  with pytest.raises(config_lib.ConfigError, match=r'optimizer.flat_params=true: the parameters are sharded'):
+    Pretraining(_config((2, 2, 2), optimizer__flat_params='true'), SPECIAL, sharding.make_mesh(_config((2, 2, 2)).mesh))
+
+
+@pytest.mark.slow
 def test_loss_goes_down_on_a_fixed_batch(run, batch, initial):
   state = _fresh(run, initial)
   losses = []

@@ -101,6 +101,27 @@ def test_steps_per_call_trains_the_same_steps_and_resumes_between_calls(tmp_path
   assert not (tmp_path / 'refused').exists()
 
 
+def test_flat_params_train_evaluate_and_resume_as_the_tree_run(tmp_path, corpus_file, cache_dir):
+  """optimizer.flat_params=true (GPUs' default): the state stored as two vectors, its checkpoints as the tree; the
+  run stopped after step 5 and resumed, and the uninterrupted one-array-per-parameter run, train the same steps
+  and evaluate the same (up to float32 summation order: the gradients' norm over 2 vectors)."""
+  runs = {}
+  for flat in ('false', 'true'):
+    config = tiny_config(corpus_file, cache_dir, **DROPOUT, **{'optimizer.flat_params': flat,
+                                                               'data.eval_fraction': 0.2, 'eval_every': 4})
+    if flat == 'true':
+      trainer.train(config, tmp_path / flat, stop_after=5)
+    trainer.train(config, tmp_path / flat)
+    runs[flat] = read_metrics(tmp_path / flat), final_params(tmp_path / flat)
+  (a, (params_a, data_a)), (b, (params_b, data_b)) = runs['false'], runs['true']
+  assert [m['step'] for m in b] == list(range(1, 9)) and data_a == data_b
+  for name in ('loss', 'disc_recall', 'grad_norm'):
+    np.testing.assert_allclose([m[name] for m in a], [m[name] for m in b], rtol=1e-5, err_msg=name)
+  for step in (4, 8):
+    np.testing.assert_allclose(a[step - 1]['eval_disc_auc'], b[step - 1]['eval_disc_auc'], rtol=1e-5)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), params_a, params_b)
+
+
 def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_go):
   config = tiny_config(corpus_file, cache_dir, **DROPOUT)
   with sigterm_at_step(3):
