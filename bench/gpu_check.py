@@ -71,15 +71,15 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
-    # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
-    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 2,171 -> 1,824 kernels;
-    # with an encoder's dropout masks in one draw too, 1,678.
-    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
-    'fused_qkv': ({}, FUSED_QKV),
     # The parameters and Adam's moments one array each again, not two vectors (optimizer.flat_params, on by default
     # on GPUs since it keeps the math): without a GPU, Small's step 2,174 -> 1,730 kernels with it (the optimizer's
     # 384 -> 12, the weights' casts a few kernels), its XLA compile 36.5 -> 30.2 s.
     'flat params off': ({}, ['--config.optimizer.flat_params=false']),
+    # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
+    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,730 -> 1,563 kernels;
+    # with an encoder's dropout masks in one draw too, 1,417.
+    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
+    'fused_qkv': ({}, FUSED_QKV),
     # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
     # their kernels: PROFILED, for Small and Base.
     'command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
@@ -102,10 +102,10 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     '5 steps a call in one CUDA graph': (ONE_GRAPH, []),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
+    'Base: flat params off': ({}, ['--config.optimizer.flat_params=false']),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
     'Base: dropout_draw=rbg_tower': ({}, TOWER_MASKS),  # without a GPU: 2,214 -> 2,050 kernels, 27.2 -> 17.1 s
     'Base: fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
-    'Base: flat params off': ({}, ['--config.optimizer.flat_params=false']),
     # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
