@@ -72,7 +72,8 @@ class FlatParams:
   of every element is the same arithmetic: the same values. `unravel` gives the tree back as slices, which XLA
   fuses into their readers (the weights' casts to bfloat16: a few kernels, each casting the slices of one size);
   `ravel` concatenates a tree of that structure (the gradients: one copy, read by the norm and the update). For
-  replicated parameters only: concatenating sharded leaves would gather them."""
+  replicated parameters only: concatenating sharded leaves would gather them. (jax.flatten_util.ravel_pytree makes
+  one vector, and its unravel from values; this layout is two vectors, made from shapes.)"""
 
   def __init__(self, params):
     """`params`: the parameter tree (arrays or ShapeDtypeStructs) whose layout this is."""
