@@ -115,6 +115,10 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'cuBLAS fallback off': ({'XLA_FLAGS': '--xla_gpu_cublas_fallback=false'}, []),
     'split-K autotuning off': ({'XLA_FLAGS': '--xla_gpu_enable_split_k_autotuning=false'}, []),
     'cuBLASLt': ({'XLA_FLAGS': '--xla_gpu_enable_cublaslt=true'}, []),
+    # GEMM fusions that cuDNN may take (XLA's autotuner weighs its kernels beside Triton's and cuBLAS's; level 3:
+    # with their fused operations). A compile for an H100 without a GPU cannot autotune: 1,730 kernels either way.
+    'cuDNN GEMM fusions': ({'XLA_FLAGS': '--xla_gpu_cudnn_gemm_fusion_level=3'}, []),
+    'Base: cuDNN GEMM fusions': ({'XLA_FLAGS': '--xla_gpu_cudnn_gemm_fusion_level=3'}, []),
     'Triton GEMMs off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
     'same-shape multi-output fusion': ({'XLA_FLAGS': '--xla_gpu_experimental_enable_same_shape_multi_output_fusion='
                                                      'true'}, []),
