@@ -77,7 +77,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'flat params off': ({}, ['--config.optimizer.flat_params=false']),
     # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
     # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,730 -> 1,563 kernels;
-    # with an encoder's dropout masks in one draw too, 1,417.
+    # with an encoder's dropout masks in one draw too, 1,416.
     'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     'fused_qkv': ({}, FUSED_QKV),
     # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
