@@ -63,6 +63,7 @@ LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu
 SCAN = ['--config.model.scan_layers=true']
 TOWER_MASKS = ['--config.model.dropout_draw=rbg_tower']  # on a GPU ('auto' is 'rbg' there)
 FUSED_QKV = ['--config.model.fused_qkv=true']  # the query, key and value projections as one matmul
+ONE_ARRAY_EACH = ['--config.optimizer.flat_params=false']  # GPUs' default: two vectors (optimizer.FlatParams)
 STEPS_PER_CALL = 5  # configs/small.py's steps_per_call (the loop stage's second run)
 ONE_STEP = ['--config.steps_per_call=1']  # configs/small.py runs STEPS_PER_CALL
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
@@ -74,7 +75,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # The parameters and Adam's moments one array each again, not two vectors (optimizer.flat_params, on by default
     # on GPUs since it keeps the math): without a GPU, Small's step 2,174 -> 1,730 kernels with it (the optimizer's
     # 384 -> 12, the weights' casts a few kernels), its XLA compile 36.5 -> 30.2 s.
-    'flat params off': ({}, ['--config.optimizer.flat_params=false']),
+    'flat params off': ({}, ONE_ARRAY_EACH),
     # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
     # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,730 -> 1,563 kernels;
     # with an encoder's dropout masks in one draw too, 1,416.
@@ -102,7 +103,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     '5 steps a call in one CUDA graph': (ONE_GRAPH, []),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
-    'Base: flat params off': ({}, ['--config.optimizer.flat_params=false']),
+    'Base: flat params off': ({}, ONE_ARRAY_EACH),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
     'Base: dropout_draw=rbg_tower': ({}, TOWER_MASKS),  # without a GPU: 2,214 -> 2,050 kernels, 27.2 -> 17.1 s
     'Base: fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),

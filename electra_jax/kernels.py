@@ -445,13 +445,12 @@ def _sliced_bytes(body: str) -> dict[int, int]:
   def sliced(name: str) -> int | None:  # elements of `name` read, if only by slices (of its conversions)
     read = 0
     for op, position, shape, user in uses[name]:
-      further = sliced(user) if op in ('convert', 'bitcast') else None
       if op in ('slice', 'dynamic-slice') and position == 0:
         read += math.prod(_shape_bytes(shape)[1][0][1])
-      elif further is None:
-        return None
+      elif op in ('convert', 'bitcast') and (through := sliced(user)) is not None:
+        read += through
       else:
-        read += further
+        return None
     return read
 
   out = {}

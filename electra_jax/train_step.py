@@ -64,7 +64,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
                                           progress=progress, sums_fn=spec.sums, metrics_fn=metrics_fn,
                                           selected_only=spec.selected_only)
   with jax.named_scope('optimizer'):  # names its operations in profiles (electra_jax.kernels)
-    if flat:
+    if flat:  # the optimiser updates the vectors the state stores
       grads, params = flat.ravel(grads), state.params
     updates, opt_state = tx.update(grads, state.opt_state, params)
     if two_stage:

@@ -102,6 +102,11 @@ def test_flat_params_lay_out_the_model_in_two_vectors():
   params = jax.tree.map(lambda x: r.normal(size=x.shape).astype(np.float32), abstract)
   flat = optimizer.FlatParams(abstract)
   vectors = flat.ravel(params)
+  # Biases and LayerNorm: per layer 4 attention biases, 2 FFN biases and 2 LayerNorms, 9H + F: the discriminator's
+  # 2 x (9 x 32 + 64), the generator's 2 x (9 x 8 + 32); embeddings' LayerNorm 2 x 16; the generator's projection
+  # 8, its head's dense and LayerNorm 3 x 16 and output bias 40 (vocab); the discriminator's projection 32, its
+  # head's dense 32 and prediction 1.
+  assert vectors[optimizer.NO_DECAY].size == 2 * (9 * 32 + 64) + 2 * (9 * 8 + 32) + 32 + 8 + 48 + 40 + 32 + 33
   decays = jax.tree.leaves(optimizer.decay_mask(params))
   for group, decayed in ((optimizer.DECAY, True), (optimizer.NO_DECAY, False)):
     leaves = [x.ravel() for x, d in zip(jax.tree.leaves(params), decays) if d == decayed]
