@@ -63,7 +63,7 @@ LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu
 SCAN = ['--config.model.scan_layers=true']
 TOWER_MASKS = ['--config.model.dropout_draw=rbg_tower']  # on a GPU ('auto' is 'rbg' there)
 FUSED_QKV = ['--config.model.fused_qkv=true']  # the query, key and value projections as one matmul
-ONE_ARRAY_EACH = ['--config.optimizer.flat_params=false']  # GPUs' default: two vectors (optimizer.FlatParams)
+ONE_ARRAY_EACH = ['--config.optimizer.flat_params=false']  # GPUs' default: a few vectors (optimizer.FlatParams)
 STEPS_PER_CALL = 5  # configs/small.py's steps_per_call (the loop stage's second run)
 ONE_STEP = ['--config.steps_per_call=1']  # configs/small.py runs STEPS_PER_CALL
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph

@@ -113,7 +113,7 @@ def get_config():
   config.optimizer = adam()
   config.optimizer.learning_rate = d.optimizer.learning_rate  # Peak learning rate.
   config.optimizer.warmup_steps = d.optimizer.warmup_steps  # Linear warm-up steps (overlapping the linear decay).
-  # The step's parameters and moments as two vectors, one update each (config.py: optimizer.flat_params); 'auto':
+  # The step's parameters and moments as a few vectors, one update each (config.py: optimizer.flat_params); 'auto':
   # on GPUs whose parameters are replicated. Checkpoints are the same either way.
   config.optimizer.flat_params = d.optimizer.flat_params
 

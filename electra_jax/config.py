@@ -362,8 +362,9 @@ class OptimizerConfig(AdamConfig):
 
 
 # optimizer.flat_params: how the pre-training step stores the parameters and the optimiser's moments in its state.
-#   'true': as two float32 vectors (optimizer.FlatParams), updated by one kernel each on a GPU instead of one per
-#   parameter (384 of ELECTRA-Small's 2,174 kernels a step for an H100: bench/gpu_kernels.py); the same values, and
+#   'true': as a few float32 vectors (optimizer.FlatParams: the weights in one, the biases and LayerNorm parameters in
+#   vectors of at most 65,536 numbers), updated by one kernel each on a GPU instead of one per parameter (384 of
+#   ELECTRA-Small's 2,174 kernels a step for an H100: bench/gpu_kernels.py); the same values, and
 #   checkpoints are saved and read as the tree either way. Needs replicated parameters (no fsdp or tensor axis) and
 #   an objective that trains every parameter alike (not electra_frozen nor two-stage training). 'false': one array
 #   per parameter. 'auto': 'true' on GPUs where it can be, else 'false'.

@@ -53,7 +53,7 @@ def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float) -> o
 
 def decay_mask(params):
   """True for parameters that get weight decay: everything but LayerNorm parameters and biases (and FlatParams'
-  vector of them)."""
+  vectors of them)."""
   def decays(path, _):
     # Only dict keys name parameters (a boxed nn.Partitioned adds an attribute key after them).
     names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
@@ -61,45 +61,63 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
-DECAY, NO_DECAY = 'decay', 'no_decay'  # FlatParams' two vectors
+DECAY, NO_DECAY = 'decay', 'no_decay'  # FlatParams' two groups of vectors
+# The most elements of a NO_DECAY vector. XLA:GPU fuses a slice of a vector into the kernels that read it only while
+# the vector is small: for an H100 (jax 0.10.2, compiled without a GPU), a LayerNorm's scale and bias sliced from a
+# vector of 65,540 float32 fused into the LayerNorm's kernels, from one of 70,000 each stayed a kernel of its own.
+# ELECTRA-Small's ~82k biases and LayerNorm parameters in one vector: 102 such kernels a step; in two, 27.
+NO_DECAY_CHUNK = 65536
 
 
 class FlatParams:
-  """Parameters stored as two float32 vectors, {DECAY: the weights with weight decay, NO_DECAY: the rest}, each
-  the concatenation of its leaves in tree order: what the pre-training step keeps in its state on GPUs
-  (optimizer.flat_params). The optimiser then updates two arrays, not one per leaf: on a GPU, one kernel each
-  rather than ~390 small ones a step for ELECTRA-Small (XLA:GPU fuses no independent updates together). The update
-  of every element is the same arithmetic: the same values. `unravel` gives the tree back as slices, which XLA
-  fuses into their readers (the weights' casts to bfloat16: a few kernels, each casting the slices of one size);
-  `ravel` concatenates a tree of that structure (the gradients: one copy, read by the norm and the update). For
-  replicated parameters only: concatenating sharded leaves would gather them. (jax.flatten_util.ravel_pytree makes
-  one vector, and its unravel from values; this layout is two vectors, made from shapes.)"""
+  """Parameters stored as a few float32 vectors, {DECAY: (the weights with weight decay,), NO_DECAY: (the biases and
+  LayerNorm parameters, in vectors of at most `chunk` elements but for a larger leaf alone)}, each the concatenation
+  of its leaves in tree order: what the pre-training step keeps in its state on GPUs (optimizer.flat_params). The
+  optimiser then updates a few arrays, not one per leaf: on a GPU, one kernel each rather than ~390 small ones a
+  step for ELECTRA-Small (XLA:GPU fuses no independent updates together). The update of every element is the same
+  arithmetic: the same values. `unravel` gives the tree back as slices, which XLA fuses into their readers (the
+  weights' casts to bfloat16 become a few kernels, each casting the slices of one size); `ravel` concatenates a tree
+  of that structure (the gradients: one copy, read by the norm and the update). For replicated parameters only:
+  concatenating sharded leaves would gather them. (jax.flatten_util.ravel_pytree makes one vector, and its unravel
+  from values; this layout is a few, made from shapes.)"""
 
-  def __init__(self, params):
-    """`params`: the parameter tree (arrays or ShapeDtypeStructs) whose layout this is."""
+  def __init__(self, params, chunk: int | None = None):
+    """`params`: the parameter tree (arrays or ShapeDtypeStructs) whose layout this is; `chunk`: the most elements
+    of a NO_DECAY vector (None: NO_DECAY_CHUNK)."""
+    chunk = chunk or NO_DECAY_CHUNK
     leaves, self.treedef = jax.tree.flatten(params)
     if any(x.dtype != jnp.float32 for x in leaves):
       raise ValueError('FlatParams stores float32 parameters only')
     self.shapes = [x.shape for x in leaves]
     decays = jax.tree.leaves(decay_mask(params))
-    self.groups = {DECAY: [i for i, d in enumerate(decays) if d], NO_DECAY: [i for i, d in enumerate(decays) if not d]}
+    chunks, filled = [[]], 0
+    for i in (i for i, d in enumerate(decays) if not d):
+      size = math.prod(self.shapes[i])
+      if chunks[-1] and filled + size > chunk:
+        chunks, filled = [*chunks, []], 0
+      chunks[-1].append(i)
+      filled += size
+    # {group: [the leaves' indices of each vector]}
+    self.groups = {DECAY: [[i for i, d in enumerate(decays) if d]], NO_DECAY: chunks}
+    self.flat_treedef = jax.tree.structure({group: (0,) * len(vectors) for group, vectors in self.groups.items()})
 
-  def ravel(self, tree) -> dict[str, jax.Array]:
-    """{DECAY, NO_DECAY} vectors of `tree`'s leaves (in float32)."""
+  def ravel(self, tree) -> dict[str, tuple[jax.Array, ...]]:
+    """{DECAY, NO_DECAY: vectors} of `tree`'s leaves (in float32)."""
     leaves = self.treedef.flatten_up_to(tree)
-    return {group: jnp.concatenate([jnp.ravel(leaves[i]).astype(jnp.float32) for i in indices] or
-                                   [jnp.zeros((0,), jnp.float32)])
-            for group, indices in self.groups.items()}
+    return {group: tuple(jnp.concatenate([jnp.ravel(leaves[i]).astype(jnp.float32) for i in indices] or
+                                         [jnp.zeros((0,), jnp.float32)]) for indices in vectors)
+            for group, vectors in self.groups.items()}
 
-  def unravel(self, flat: dict[str, jax.Array]):
+  def unravel(self, flat: dict[str, tuple[jax.Array, ...]]):
     """The tree that `ravel` made `flat` of."""
     leaves = [None] * len(self.shapes)
-    for group, indices in self.groups.items():
-      start = 0
-      for i in indices:
-        size = math.prod(self.shapes[i])
-        leaves[i] = flat[group][start:start + size].reshape(self.shapes[i])
-        start += size
+    for group, vectors in self.groups.items():
+      for vector, indices in zip(flat[group], vectors):
+        start = 0
+        for i in indices:
+          size = math.prod(self.shapes[i])
+          leaves[i] = vector[start:start + size].reshape(self.shapes[i])
+          start += size
     return jax.tree.unflatten(self.treedef, leaves)
 
   def ravel_state(self, tree):
@@ -108,7 +126,7 @@ class FlatParams:
 
   def unravel_state(self, tree):
     """The inverse of `ravel_state`."""
-    return _map_subtrees(self.unravel, tree, jax.tree.structure({DECAY: 0, NO_DECAY: 0}))
+    return _map_subtrees(self.unravel, tree, self.flat_treedef)
 
 
 def _map_subtrees(fn, tree, treedef):

@@ -176,7 +176,7 @@ class Pretraining:
     spec = objective.get(c.objective.name)
     self.model = spec.training_model(c)
     # On GPUs, whose steps are bound by their launches, replicated parameters (no fsdp or tensor axis) are stored
-    # as two vectors (optimizer.flat_params), or else take their gradients' global norm in a few kernels
+    # as a few vectors (optimizer.flat_params), or else take their gradients' global norm in a few kernels
     # (optimizer.global_norm); elsewhere one array each, the norm leaf by leaf, as optax does.
     on_gpu = self.mesh.devices.flat[0].platform == 'gpu'
     replicated = sharding.axis_size(self.mesh, ('fsdp', 'tensor')) == 1

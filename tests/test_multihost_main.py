@@ -155,7 +155,7 @@ def test_four_steps_a_call_on_two_processes_stop_together_and_resume_to_the_one_
   the step starts compiling (4 steps a call run the 32 steps in ~3 s here, and jax's stop notice has taken seconds
   to reach every process: a signal sent during the steps may come after them) stops both after the same call, and
   the same command trains on to the one-process run's parameters (its steps one a call) and data position. The
-  parameters stored as two vectors (optimizer.flat_params=true, GPUs' default), the one-process run's as arrays:
+  parameters stored as a few vectors (optimizer.flat_params=true, GPUs' default), the one-process run's as arrays:
   the checkpoints both processes write and read are the tree."""
   flags = ('--config.steps_per_call=4', '--config.log_every=4', '--config.optimizer.flat_params=true')
   run = Run(tmp_path / 'run', 2, corpus, *flags)

@@ -93,32 +93,40 @@ def _adam_state(opt_state):
   return found[0]
 
 
-def test_flat_params_lay_out_the_model_in_two_vectors():
+def test_flat_params_lay_out_the_model_in_a_few_vectors():
   """FlatParams: the weight matrices and tables (decay_mask's True) in one vector, biases and LayerNorm parameters
-  in the other, each in tree order; unravel gives back every leaf exactly, and ravel_state ravels the optimiser's
-  moments (subtrees shaped like the parameters) and nothing else."""
+  in vectors of at most `chunk` elements (a larger leaf alone), each in tree order; unravel gives back every leaf
+  exactly, and ravel_state ravels the optimiser's moments (subtrees shaped like the parameters) and nothing else."""
   abstract = _model_params(boxed=False)
   r = np.random.RandomState(0)
   params = jax.tree.map(lambda x: r.normal(size=x.shape).astype(np.float32), abstract)
-  flat = optimizer.FlatParams(abstract)
-  vectors = flat.ravel(params)
+  decays = jax.tree.leaves(optimizer.decay_mask(params))
+  expected = {group: [x.ravel() for x, d in zip(jax.tree.leaves(params), decays) if d == decayed]
+              for group, decayed in ((optimizer.DECAY, True), (optimizer.NO_DECAY, False))}
   # Biases and LayerNorm: per layer 4 attention biases, 2 FFN biases and 2 LayerNorms, 9H + F: the discriminator's
   # 2 x (9 x 32 + 64), the generator's 2 x (9 x 8 + 32); embeddings' LayerNorm 2 x 16; the generator's projection
   # 8, its head's dense and LayerNorm 3 x 16 and output bias 40 (vocab); the discriminator's projection 32, its
-  # head's dense 32 and prediction 1.
-  assert vectors[optimizer.NO_DECAY].size == 2 * (9 * 32 + 64) + 2 * (9 * 8 + 32) + 32 + 8 + 48 + 40 + 32 + 33
-  decays = jax.tree.leaves(optimizer.decay_mask(params))
-  for group, decayed in ((optimizer.DECAY, True), (optimizer.NO_DECAY, False)):
-    leaves = [x.ravel() for x, d in zip(jax.tree.leaves(params), decays) if d == decayed]
-    np.testing.assert_array_equal(vectors[group], np.concatenate(leaves))
-  jax.tree.map(np.testing.assert_array_equal, flat.unravel(vectors), params)
-  state = optimizer.ScaleByAdamState(mu=params, nu=params), jnp.int32(3)
-  raveled = flat.ravel_state(state)
-  assert set(raveled[0].mu) == {optimizer.DECAY, optimizer.NO_DECAY} and int(raveled[1]) == 3
-  jax.tree.map(np.testing.assert_array_equal, flat.unravel_state(raveled), state)
+  # head's dense 32 and prediction 1. 50 leaves: the discriminator's 3 + 2 x 10, the embeddings' 2, the
+  # generator's 1 + 2 x 10 + 4.
+  no_decay = 2 * (9 * 32 + 64) + 2 * (9 * 8 + 32) + 32 + 8 + 48 + 40 + 32 + 33
+  assert no_decay == 1105 and len(expected[optimizer.NO_DECAY]) == 50
+  # The tree's last leaf is the generator head's dense bias (16): one element less than them all and it starts a
+  # second vector; with 1 every leaf is a vector of its own.
+  for chunk, sizes in ((optimizer.NO_DECAY_CHUNK, [1105]), (1104, [1089, 16]),
+                       (1, [x.size for x in expected[optimizer.NO_DECAY]])):
+    flat = optimizer.FlatParams(abstract, chunk=chunk)
+    vectors = flat.ravel(params)
+    assert [v.size for v in vectors[optimizer.NO_DECAY]] == sizes and len(vectors[optimizer.DECAY]) == 1
+    for group, leaves in expected.items():
+      np.testing.assert_array_equal(np.concatenate(vectors[group]), np.concatenate(leaves))
+    jax.tree.map(np.testing.assert_array_equal, flat.unravel(vectors), params)
+    state = optimizer.ScaleByAdamState(mu=params, nu=params), jnp.int32(3)
+    raveled = flat.ravel_state(state)
+    assert set(raveled[0].mu) == {optimizer.DECAY, optimizer.NO_DECAY} and int(raveled[1]) == 3
+    jax.tree.map(np.testing.assert_array_equal, flat.unravel_state(raveled), state)
 
 
-@pytest.mark.parametrize('flat', [False, True])  # the parameters as FlatParams' two vectors: the same update
+@pytest.mark.parametrize('flat', [False, True])  # the parameters as FlatParams' vectors: the same update
 @pytest.mark.parametrize('grad_scale', [3.0, 0.05])  # global norm well above / below the clip norm 1
 def test_update_matches_numpy_reference(grad_scale, flat):
   # Three steps: at t = 0 the warm-up makes the learning rate 0 (params unchanged, moments updated), then
@@ -137,7 +145,8 @@ def test_update_matches_numpy_reference(grad_scale, flat):
   expected_params, expected_mu = _np_reference(params, grads, config, train_steps=10)
 
   tx, _ = optimizer.make_optimizer(config, train_steps=10)
-  layout = optimizer.FlatParams(params) if flat else None
+  # Chunks of 6: the LayerNorm's bias and scale (3 + 3) in one vector, the dense bias in another.
+  layout = optimizer.FlatParams(params, chunk=6) if flat else None
   ravel = layout.ravel if flat else lambda tree: tree
   p = ravel(params)
   state = tx.init(p)

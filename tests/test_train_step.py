@@ -192,16 +192,19 @@ def test_flat_norm_steps_as_the_per_leaf_norm(run, batch, initial):
 
 
 @pytest.mark.slow
-def test_flat_params_step_as_the_tree_step(run, batch, initial):
+def test_flat_params_step_as_the_tree_step(run, batch, initial, monkeypatch):
   """optimizer.flat_params=true (the GPUs' default where parameters are replicated): the state's parameters and
-  moments stored as two vectors (optimizer.FlatParams), the same two steps and metrics as one array per parameter,
-  up to float32 summation order (the gradients' norm over 2 vectors, not ~60 leaves); the layouts convert both ways
-  exactly. Sharded parameters refuse it in one line."""
+  moments stored as a few vectors (optimizer.FlatParams; here the biases and LayerNorm parameters in vectors of at
+  most 300 elements), the same two steps and metrics as one array per parameter, up to float32 summation order (the
+  gradients' norm over a few vectors, not ~60 leaves); the layouts convert both ways exactly. Sharded parameters
+  refuse it in one line."""
+  monkeypatch.setattr(optimizer, 'NO_DECAY_CHUNK', 300)
   flat_run = Pretraining(_config(optimizer__flat_params='true'), SPECIAL, run.mesh)
   assert run.flat is None and flat_run.flat is not None
   state, flat_state = _fresh(run, initial, step=1), flat_run.step_layout(_fresh(run, initial, step=1))
-  sizes = {name: v.size for name, v in flat_state.params.items()}
-  assert sum(sizes.values()) == sum(x.size for x in jax.tree.leaves(initial.params)) and min(sizes.values()) > 0
+  sizes = [v.size for v in jax.tree.leaves(flat_state.params)]
+  assert len(flat_state.params[optimizer.DECAY]) == 1 and len(flat_state.params[optimizer.NO_DECAY]) > 1
+  assert sum(sizes) == sum(x.size for x in jax.tree.leaves(initial.params)) and min(sizes) > 0
   jax.tree.map(np.testing.assert_array_equal, _host(flat_run.tree_layout(flat_state)), _host(_fresh(run, initial, 1)))
   for seed in (1, 2):
     state, metrics = run.step_fn(state, batch, _rng(seed))

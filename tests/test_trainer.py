@@ -102,9 +102,9 @@ def test_steps_per_call_trains_the_same_steps_and_resumes_between_calls(tmp_path
 
 
 def test_flat_params_train_evaluate_and_resume_as_the_tree_run(tmp_path, corpus_file, cache_dir):
-  """optimizer.flat_params=true (GPUs' default): the state stored as two vectors, its checkpoints as the tree; the
-  run stopped after step 5 and resumed, and the uninterrupted one-array-per-parameter run, train the same steps
-  and evaluate the same (up to float32 summation order: the gradients' norm over 2 vectors)."""
+  """optimizer.flat_params=true (GPUs' default): the state stored as a few vectors, its checkpoints as the tree;
+  the run stopped after step 5 and resumed, and the uninterrupted one-array-per-parameter run, train the same steps
+  and evaluate the same (up to float32 summation order: the gradients' norm over a few vectors)."""
   runs = {}
   for flat in ('false', 'true'):
     config = tiny_config(corpus_file, cache_dir, **DROPOUT, **{'optimizer.flat_params': flat,
