@@ -72,13 +72,13 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
-    # The parameters and Adam's moments one array each again, not two vectors (optimizer.flat_params, on by default
-    # on GPUs since it keeps the math): without a GPU, Small's step 2,174 -> 1,730 kernels with it (the optimizer's
-    # 384 -> 12, the weights' casts a few kernels), its XLA compile 36.5 -> 30.2 s.
+    # The parameters and Adam's moments one array each again, not a few vectors (optimizer.flat_params, on by
+    # default on GPUs since it keeps the math): without a GPU, Small's step 2,174 -> 1,658 kernels with them (the
+    # optimizer's 384 -> 16, the weights' casts a few kernels), its XLA compile 35.5 -> 32-33 s.
     'flat params off': ({}, ONE_ARRAY_EACH),
     # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
-    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,730 -> 1,563 kernels;
-    # with an encoder's dropout masks in one draw too, 1,416.
+    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,658 -> 1,491 kernels;
+    # with an encoder's dropout masks in one draw too, 1,344.
     'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     'fused_qkv': ({}, FUSED_QKV),
     # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
@@ -117,7 +117,7 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'split-K autotuning off': ({'XLA_FLAGS': '--xla_gpu_enable_split_k_autotuning=false'}, []),
     'cuBLASLt': ({'XLA_FLAGS': '--xla_gpu_enable_cublaslt=true'}, []),
     # GEMM fusions that cuDNN may take (XLA's autotuner weighs its kernels beside Triton's and cuBLAS's; level 3:
-    # with their fused operations). A compile for an H100 without a GPU cannot autotune: 1,730 kernels either way.
+    # with their fused operations). A compile for an H100 without a GPU cannot autotune: the same kernels either way.
     'cuDNN GEMM fusions': ({'XLA_FLAGS': '--xla_gpu_cudnn_gemm_fusion_level=3'}, []),
     'Base: cuDNN GEMM fusions': ({'XLA_FLAGS': '--xla_gpu_cudnn_gemm_fusion_level=3'}, []),
     'Triton GEMMs off': ({'XLA_FLAGS': '--xla_gpu_enable_triton_gemm=false'}, []),
