@@ -65,7 +65,8 @@ DECAY, NO_DECAY = 'decay', 'no_decay'  # FlatParams' two groups of vectors
 # The most elements of a NO_DECAY vector. XLA:GPU fuses a slice of a vector into the kernels that read it only while
 # the vector is small: for an H100 (jax 0.10.2, compiled without a GPU), a LayerNorm's scale and bias sliced from a
 # vector of 65,540 float32 fused into the LayerNorm's kernels, from one of 70,000 each stayed a kernel of its own.
-# ELECTRA-Small's ~82k biases and LayerNorm parameters in one vector: 102 such kernels a step; in two, 27.
+# ELECTRA-Small's ~82k biases and LayerNorm parameters: in one vector 102 slices were kernels of their own a step, in
+# two 27 (most of them the FFN biases' bfloat16 copies, sliced from one cast of their vector).
 NO_DECAY_CHUNK = 65536
 
 
