@@ -101,6 +101,13 @@ class FlatParams:
     # {group: [the leaves' indices of each vector]}
     self.groups = {DECAY: [[i for i, d in enumerate(decays) if d]], NO_DECAY: chunks}
     self.flat_treedef = jax.tree.structure({group: (0,) * len(vectors) for group, vectors in self.groups.items()})
+    self._where = [None] * len(leaves)  # leaf i: (its group, its vector's index there, its first element)
+    for group, vectors in self.groups.items():
+      for k, indices in enumerate(vectors):
+        start = 0
+        for i in indices:
+          self._where[i] = (group, k, start)
+          start += math.prod(self.shapes[i])
 
   def ravel(self, tree) -> dict[str, tuple[jax.Array, ...]]:
     """{DECAY, NO_DECAY: vectors} of `tree`'s leaves (in float32)."""
@@ -111,14 +118,8 @@ class FlatParams:
 
   def unravel(self, flat: dict[str, tuple[jax.Array, ...]]):
     """The tree that `ravel` made `flat` of."""
-    leaves = [None] * len(self.shapes)
-    for group, vectors in self.groups.items():
-      for vector, indices in zip(flat[group], vectors):
-        start = 0
-        for i in indices:
-          size = math.prod(self.shapes[i])
-          leaves[i] = vector[start:start + size].reshape(self.shapes[i])
-          start += size
+    leaves = [flat[group][k][start:start + math.prod(shape)].reshape(shape)
+              for (group, k, start), shape in zip(self._where, self.shapes)]
     return jax.tree.unflatten(self.treedef, leaves)
 
   def ravel_state(self, tree):

@@ -108,11 +108,12 @@ def test_flat_params_lay_out_the_model_in_a_few_vectors():
   # 8, its head's dense and LayerNorm 3 x 16 and output bias 40 (vocab); the discriminator's projection 32, its
   # head's dense 32 and prediction 1. 50 leaves: the discriminator's 3 + 2 x 10, the embeddings' 2, the
   # generator's 1 + 2 x 10 + 4.
-  no_decay = 2 * (9 * 32 + 64) + 2 * (9 * 8 + 32) + 32 + 8 + 48 + 40 + 32 + 33
-  assert no_decay == 1105 and len(expected[optimizer.NO_DECAY]) == 50
-  # The tree's last leaf is the generator head's dense bias (16): one element less than them all and it starts a
-  # second vector; with 1 every leaf is a vector of its own.
-  for chunk, sizes in ((optimizer.NO_DECAY_CHUNK, [1105]), (1104, [1089, 16]),
+  no_decay = 2 * (9 * 32 + 64) + 2 * (9 * 8 + 32) + 32 + 8 + 48 + 40 + 32 + 33  # 1,105
+  assert len(expected[optimizer.NO_DECAY]) == 50
+  # A chunk of exactly them all holds them all; the tree's last leaf is the generator head's dense bias (16): one
+  # element less and it starts a second vector; with 1 every leaf is a vector of its own.
+  for chunk, sizes in ((optimizer.NO_DECAY_CHUNK, [no_decay]), (no_decay, [no_decay]),
+                       (no_decay - 1, [no_decay - 16, 16]),
                        (1, [x.size for x in expected[optimizer.NO_DECAY]])):
     flat = optimizer.FlatParams(abstract, chunk=chunk)
     vectors = flat.ravel(params)
