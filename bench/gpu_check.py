@@ -21,8 +21,9 @@ the budget is skipped (a second run with --stages=... takes the rest):
              --levers names), each against the plain GPU defaults (the first, beside the PyTorch step), over 30
              steps; their steps are compiled first, all at once, into a compile cache of their own. The PROFILED
              levers (without command buffers: CUDA graphs) are also profiled: the kernels' time per part of the step
-             against the step's time (a gap is the GPU waiting for launches) and the costliest kernels
-             (electra_jax.kernels); the trace and the compiled step's HLO stay in OUTDIR/trace/LEVER.
+             against the step's time (a gap is the GPU waiting for launches), the costliest kernels and each
+             kind of kernel against the least time its bytes and FLOPs allow (electra_jax.kernels); the trace and
+             the compiled step's HLO stay in OUTDIR/trace/LEVER.
 The timed runs log XLA's command buffers (GRAPH_LOG): each row says how many CUDA graphs were launched and how many
 were updated first, and what the updates cost the host. Logs go to OUTDIR/logs/STAGE.log; the table at the end goes
 to stdout and OUTDIR/table.md, the numbers to OUTDIR/results.jsonl. `--tiny` runs the same stages on a CPU with
@@ -302,6 +303,9 @@ class Check:
       if result['profile_top']:
         top = result['profile_top'][0]
         text += f'; costliest: {top["name"]} {top["ms"]:.2f} ms ({top["op_name"][-60:]})'
+      text += '; least time / measured: ' + ', '.join(  # each kind of kernel against its bytes' and FLOPs' bound
+          f'{kind} {least / ms:.0%} of {ms:.2f} ms' for kind, (ms, least) in result['profile_least_ms'].items()
+          if ms >= 0.01 * busy)
     self.row(name, status, seconds, text, result)
     return result
 

@@ -16,6 +16,8 @@ with --compile_cache=DIR the compiled programs are kept in (and read from) JAX's
 --profile=N traces N more steps with jax.profiler and prints the time per part of the step (masking, sampling,
 model, dropout, loss, optimizer: electra_jax.kernels) and the costliest operations; on a GPU those are its kernels,
 on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true so that it records them).
+Then each kind of kernel (GEMMs, cuDNN, fusions) against the least time its bytes and FLOPs allow at the device's
+memory bandwidth and peak (kernels.roofline), and the operations farthest from theirs.
 The last line, `RESULT {...}`, holds the numbers as JSON (bench/gpu_check.py reads it).
 Peak FLOP/s: --peak_tflops, or a table of known accelerators; on CPU it is measured with a large matmul.
 """
@@ -61,6 +63,7 @@ _COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run 
                                   'levers).')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
+MEMORY_TBS = {'H100': 3.35, 'H200': 4.8, 'A100': 2.04, 'V100': 0.9}  # HBM bandwidth, TB/s (NVIDIA's datasheets)
 
 
 def peak_flops_per_device(dtype: str) -> float:
@@ -78,6 +81,21 @@ def peak_flops_per_device(dtype: str) -> float:
   for _ in range(5):
     matmul(x).block_until_ready()
   return 5 * 2 * 2048 ** 3 / (time.perf_counter() - start)
+
+
+def memory_bandwidth() -> float:
+  """Bytes/s of one device's memory: its datasheet's (MEMORY_TBS), or on a CPU what adding 1 to 64 MiB reaches."""
+  kind = jax.devices()[0].device_kind
+  for name, tbs in MEMORY_TBS.items():
+    if name.lower() in kind.lower():
+      return tbs * 1e12
+  x = jnp.ones((2**24,), jnp.float32)
+  add = jax.jit(lambda a: a + 1)
+  add(x).block_until_ready()
+  start = time.perf_counter()
+  for _ in range(5):
+    add(x).block_until_ready()
+  return 5 * 2 * x.nbytes / (time.perf_counter() - start)
 
 
 def time_jax(c, batch, t0: float) -> dict:
@@ -128,9 +146,13 @@ def time_jax(c, batch, t0: float) -> dict:
         ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value * k)
         print(kernels.format_timed(ops), flush=True)
+        rows = kernels.against_roofline(ops, module, memory_bandwidth(), peak_flops_per_device(c.model.dtype))
+        print(kernels.format_roofline(rows), flush=True)
         profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
                    'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
-                                    'name': op.name, 'op_name': op.op_name} for op in ops[:15]]}
+                                    'name': op.name, 'op_name': op.op_name} for op in ops[:15]],
+                   'profile_least_ms': {kind: [round(ms, 4), round(least, 4)]
+                                        for kind, (ms, least) in kernels.by_kind(rows).items()}}
     except Exception as e:  # pylint: disable=broad-except
       print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}

@@ -493,3 +493,38 @@ def _dot_flops(body: str) -> float:
       k *= lhs[0][1][axis]
     total += 2.0 * n * k
   return total
+
+
+def against_roofline(ops: list[Timed], hlo: str | Module, bandwidth: float,
+                     peak_flops: float) -> list[tuple[Timed, str, float]]:
+  """Each traced operation of `ops` (timed_ops of the program `hlo`) with the kind of kernel it is and the least
+  time its launches in a step need (`roofline` at `bandwidth` and `peak_flops`, in ms), the farthest from it first:
+  where a step's kernels lose time against what their bytes and FLOPs allow. An operation the program does not name
+  (a copy the runtime adds) is of kind 'not in the program', with no least time."""
+  module = read(hlo) if isinstance(hlo, str) else hlo
+  found = {i.name: i for i in parse(module)}
+  least = roofline(module, list(found.values()), bandwidth, peak_flops)
+  rows = [(op, found[op.name].kind if op.name in found else 'not in the program',
+           least.get(op.name, 0.0) * 1e3 * op.launches) for op in ops]
+  return sorted(rows, key=lambda row: row[2] - row[0].ms)
+
+
+def by_kind(rows: list[tuple[Timed, str, float]]) -> dict[str, tuple[float, float]]:
+  """{kind of kernel: (ms measured, least ms)} per step of against_roofline's rows, the most measured first."""
+  measured, least = collections.Counter(), collections.Counter()
+  for op, kind, ms in rows:
+    measured[kind] += op.ms
+    least[kind] += ms
+  return {k: (t, least[k]) for k, t in measured.most_common()}
+
+
+def format_roofline(rows: list[tuple[Timed, str, float]], top: int = 10) -> str:
+  """The time per kind of kernel against its least time, then the operations farthest from theirs."""
+  lines = ['kernels against their least time (bytes at the memory\'s bandwidth or matmul FLOPs at the peak), ms per '
+           'step:', f'  {"kind":28s} {"measured":>9s} {"least":>8s} {"least/measured":>15s}']
+  for kind, (ms, least) in by_kind(rows).items():
+    lines.append(f'  {kind:28s} {ms:9.3f} {least:8.3f} {least / max(ms, 1e-9):15.1%}')
+  lines.append(f'the {top} operations farthest from their least time, ms per step:')
+  for op, kind, least in rows[:top]:
+    lines.append(f'  {op.ms:8.3f} {least:8.3f} x{op.launches:<4.0f} {kind:7s} {op.name:32s} {op.op_name[-70:]}')
+  return '\n'.join(lines)

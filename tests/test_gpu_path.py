@@ -95,6 +95,8 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert all('read from the cache' in r['result'] and r['compile_seconds'] < lever_compiles[r['stage'][7:]]
              for r in levers)
   assert 'profile: ' in levers[0]['result'] and levers[0]['profile_ms']['model'] > 0 and levers[0]['profile_top']
+  measured, least = levers[0]['profile_least_ms']['fusion']  # XLA:CPU's fusions against their bytes' least time
+  assert least > 0 and f'fusion {least / measured:.0%} of {measured:.2f} ms' in levers[0]['result']
   assert levers[2]['steps_per_call'] == 1 and 'a call returns in ' in levers[2]['result']
   trace = out / 'trace' / 'command_buffers_off'
   assert 'HloModule' in (trace / 'train_step.hlo.txt').read_text() and list(trace.glob('**/*.xplane.pb'))

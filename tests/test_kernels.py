@@ -105,6 +105,17 @@ def test_roofline_by_hand(bandwidth, peak_flops, seconds):
   assert kernels.roofline(DOT_HLO, kernels.parse(DOT_HLO), bandwidth, peak_flops) == {'gemm_fusion.1': seconds}
 
 
+def test_traced_kernels_against_their_roofline_by_hand():
+  """DOT_HLO's fusion needs 2 s a launch at 62 B/s (test_roofline_by_hand); traced at 5 s a step over 2 launches it
+  reached 4 of its 5 s. A kernel the program does not name (a copy the runtime adds) has no least time."""
+  gemm = kernels.Timed('gemm_fusion.1', 'model', 5000.0, 2)
+  copy = kernels.Timed('memcpy', 'other', 1.0, 1)
+  rows = kernels.against_roofline([copy, gemm], DOT_HLO, 62.0, 60.0)
+  assert rows == [(gemm, 'fusion', 4000.0), (copy, 'not in the program', 0.0)]  # the farthest from its least first
+  assert kernels.by_kind(rows) == {'fusion': (5000.0, 4000.0), 'not in the program': (1.0, 0.0)}
+  assert '     80.0%' in kernels.format_roofline(rows)
+
+
 SCAN_HLO = """HloModule m, entry_computation_layout={()->()}
 
 %fused_scan (p0: f32[12,4], p1: s32[], p2: f32[12,4], p3: f32[1,4]) -> f32[12,4] {
