@@ -226,10 +226,15 @@ def _check_unchanged(saved: dict, new: dict, workdir: str, ignore: tuple[str, ..
 def pretrained(p: Plan, workdir: str, until: int) -> bool:
   """Whether run `p` in `workdir` holds every budget's checkpoint up to step `until`; refuses a workdir whose run
   had other settings."""
+  return {s for s in p.steps if s <= until} <= _checked_steps(p, workdir)
+
+
+def _checked_steps(p: Plan, workdir: str) -> set[int]:
+  """The steps of the checkpoints in `workdir`, once its run is found to have run `p`'s settings (else refused)."""
   saved = fileio.path(workdir) / 'config.json'
   if saved.is_file():
     _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
-  return {s for s in p.steps if s <= until} <= _saved_steps(workdir)
+  return _saved_steps(workdir)
 
 
 def pretrain(p: Plan, workdir: str, until: int | None = None):
@@ -237,10 +242,10 @@ def pretrain(p: Plan, workdir: str, until: int | None = None):
   is there; resumes an interrupted (or earlier stopped) run. The schedule is always the last step's."""
   until = until or max(p.steps)
   wanted = {s for s in p.steps if s <= until}
-  if pretrained(p, workdir, until):
+  done = _checked_steps(p, workdir)
+  if wanted <= done:
     print(f'{p.name}: pre-trained (checkpoints {sorted(wanted)} in {workdir})', file=sys.stderr)
     return
-  done = _saved_steps(workdir)
   print(f'{p.name}: pre-training to step {until} of {max(p.steps)} in {workdir}', file=sys.stderr)
   trainer.train(p.config, workdir, stop_after=until - max(done, default=0))
   if not wanted <= _saved_steps(workdir):  # stopped by a signal, after writing a checkpoint
