@@ -15,9 +15,9 @@ v4:2x2x1 (v4-8, 4 chips), v4:4x4x4 (v4-128), v5e:4x4, v5p:2x2x2, v6e:4x4. A JAX 
 chip (megacore) or a v5e/v6e chip, and the mesh is laid over those devices (`mesh.shape`, as in training).
 
 NVIDIA GPUs (electra_jax.gpu_targets; the CUDA plugin: `pip install "jax[cuda12]==0.10.2"`, no GPU or driver):
-h100:8 is one node of 8 H100 80 GB, h100:2x8 two such nodes, a100:8 one node of 8 A100 80 GB. XLA:GPU reports
-memory but no cost analysis, so there is no compiled FLOP count and no step-time estimate for GPUs; the report
-says whether attention compiled to cuDNN's fused kernel (`__cudnn$fmha` custom calls).
+h100:8 is one node of 8 H100 80 GB, h100:2x8 two such nodes, h200:8 and a100:8 one node of 8 H200 or A100.
+XLA:GPU reports memory but no cost analysis, so there is no compiled FLOP count and no step-time estimate for GPUs;
+the report says whether attention compiled to cuDNN's fused kernel (`__cudnn$fmha` custom calls).
 """
 
 # The environment must be set before jax is imported.
@@ -334,7 +334,8 @@ def define_flags() -> dict:
   return {
       'config': config_flags.DEFINE_config_file('config', None, 'A pre-training config, e.g. configs/large.py.'),
       'topology': flags.DEFINE_string('topology', None, 'A TPU slice, e.g. v3:4x4 (v3-32) or v4:2x2x2 '
-                                      '(v4-16), or GPU nodes: h100:8 (one node of 8), h100:2x8 (two nodes), a100:8.'),
+                                      '(v4-16), or GPU nodes: h100:8 (one node of 8), h100:2x8 (two nodes), h200:8, '
+                                      'a100:8.'),
       'finetune': flags.DEFINE_bool('finetune', True, 'Also compile the fine-tuning step.'),
       'finetune_batch': flags.DEFINE_integer('finetune_batch', 32, 'Fine-tuning batch (the paper: 32); rounded up '
                                              'to a multiple of the devices the batch is split over.'),

@@ -38,6 +38,12 @@ GPUS = {
   shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
   memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: 84942979072
   cuda_compute_capability { major: 9 minor: 0 }""", 'NVIDIA H100 80GB HBM3'),
+    # H200 SXM 141 GB: the H100's chip (the same SMs, clocks and 989 TFLOP/s) with 143,771 MiB of HBM3e (nvidia-smi
+    # on the H200 lent, 2026-11-26) at 4.8 TB/s (NVIDIA H200 datasheet).
+    'h200': Gpu(150_754_820_096, 989e12, _COMMON + """
+  shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
+  memory_bandwidth: 4800000000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: 150754820096
+  cuda_compute_capability { major: 9 minor: 0 }""", 'NVIDIA H200'),
     # A100 SXM 80 GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet: 624 with 2:4 sparsity).
     'a100': Gpu(85_100_068_864, 312e12, _COMMON + """
   shared_memory_per_core: 167936 shared_memory_per_block_optin: 166912 core_count: 108 fpus_per_core: 64

@@ -17,11 +17,13 @@ from electra_jax.config import ConfigError
 def test_topology_names_nodes_and_gpus():
   assert gpu_targets.parse('h100:2x8') == (gpu_targets.GPUS['h100'], 2, 8)
   assert gpu_targets.parse('a100:8') == (gpu_targets.GPUS['a100'], 1, 8)
+  assert gpu_targets.parse('h200:1') == (gpu_targets.GPUS['h200'], 1, 1)
+  assert 'memory_bandwidth: 4800000000000' in gpu_targets.GPUS['h200'].device_info  # the H100's is 3.35 TB/s
   assert gpu_targets.parse('v3:4x4') is None  # a TPU slice: aot's TPU path takes it
   assert aot.chip('h100:1') is gpu_targets.GPUS['h100'] and aot.chip('h100:1').hbm_bytes > 79 * aot.GIB
 
 
-@pytest.mark.parametrize('topology', ['h100:2x', 'h100:0', 'h100:0x8', 'h100:8x8x8', 'h200:8'])
+@pytest.mark.parametrize('topology', ['h100:2x', 'h100:0', 'h100:0x8', 'h100:8x8x8', 'b200:8'])
 def test_bad_gpu_topology_is_refused_in_one_line(topology):
   with pytest.raises(ConfigError) as e:
     aot.chip(topology)
