@@ -66,36 +66,35 @@ PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU 
 MEMORY_TBS = {'H100': 3.35, 'H200': 4.8, 'A100': 2.04, 'V100': 0.9}  # HBM bandwidth, TB/s (NVIDIA's datasheets)
 
 
-def peak_flops_per_device(dtype: str) -> float:
-  if _PEAK.value:
-    return _PEAK.value * 1e12
-  kind = jax.devices()[0].device_kind
-  for name, tflops in PEAK_TFLOPS.items():
-    if name.lower() in kind.lower():
-      return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
-  # CPU: what XLA reaches on a large float32 matmul here stands in for the peak.
-  x = jnp.ones((2048, 2048), jnp.float32)
-  matmul = jax.jit(lambda a: a @ a)
-  matmul(x).block_until_ready()
+def _datasheet(table: dict[str, float]) -> float | None:
+  """The figure `table` gives for this machine's first device, by its kind (None: not a known accelerator)."""
+  kind = jax.devices()[0].device_kind.lower()
+  return next((value for name, value in table.items() if name.lower() in kind), None)
+
+
+def _per_second(fn, x, work: float) -> float:
+  """`work` done per second by jitted `fn` on `x` (the mean of 5 calls after a first)."""
+  fn(x).block_until_ready()
   start = time.perf_counter()
   for _ in range(5):
-    matmul(x).block_until_ready()
-  return 5 * 2 * 2048 ** 3 / (time.perf_counter() - start)
+    fn(x).block_until_ready()
+  return 5 * work / (time.perf_counter() - start)
+
+
+def peak_flops_per_device(dtype: str) -> float:
+  """PEAK_TFLOPS for this device (halved for float32), or on a CPU what XLA reaches on a large float32 matmul."""
+  if _PEAK.value:
+    return _PEAK.value * 1e12
+  if tflops := _datasheet(PEAK_TFLOPS):
+    return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
+  return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)
 
 
 def memory_bandwidth() -> float:
-  """Bytes/s of one device's memory: its datasheet's (MEMORY_TBS), or on a CPU what adding 1 to 64 MiB reaches."""
-  kind = jax.devices()[0].device_kind
-  for name, tbs in MEMORY_TBS.items():
-    if name.lower() in kind.lower():
-      return tbs * 1e12
-  x = jnp.ones((2**24,), jnp.float32)
-  add = jax.jit(lambda a: a + 1)
-  add(x).block_until_ready()
-  start = time.perf_counter()
-  for _ in range(5):
-    add(x).block_until_ready()
-  return 5 * 2 * x.nbytes / (time.perf_counter() - start)
+  """Bytes/s of one device's memory: MEMORY_TBS for it, or on a CPU what adding 1 to 64 MiB reaches."""
+  if tbs := _datasheet(MEMORY_TBS):
+    return tbs * 1e12
+  return _per_second(jax.jit(lambda a: a + 1), jnp.ones((2**24,), jnp.float32), 2 * 4 * 2**24)
 
 
 def time_jax(c, batch, t0: float) -> dict:
