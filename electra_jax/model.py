@@ -11,7 +11,8 @@ tracing (`electra_jax.sharding.activate`).
 
 Mixed precision: with `dtype='bfloat16'` activations and matmuls are bf16 while parameters stay float32; attention
 scores and softmax are computed in float32 (the backward pass keeps only their bf16 rounding: `attention`), the
-generator's vocabulary logits and the discriminator's logit are float32 (so are the losses).
+generator's vocabulary logits and the discriminator's logit are float32 (so are the losses), and biases are added
+in float32, so that their gradients sum over the tokens in float32 (`add_bias`).
 
 Dropout is drawn per example row (`Dropout`): what row r drops depends only on the dropout key and r, so a
 micro-batch (gradient accumulation) drops exactly what the whole batch would. `rows` arguments carry each row's
@@ -64,8 +65,37 @@ def dense(features, config: ModelConfig, names, name, glorot: bool = False):
 
   Its kernel starts truncated_normal(initializer_range), or glorot_uniform with `glorot` (see `_glorot`).
   """
-  kernel_init = _glorot(names) if glorot else _init(config, names)
-  return nn.Dense(features, dtype=config.dtype, kernel_init=kernel_init, bias_init=_zeros(names[1:]), name=name)
+  return Dense(features, config, tuple(names), glorot, name=name)
+
+
+def add_bias(y, bias):
+  """y + bias (a float32 parameter), added in float32 and rounded once to y's dtype. Autodiff then sums the bias's
+  gradient over the tokens in float32: with the bias cast to y's bfloat16 first (as nn.Dense does), the sum is a
+  bfloat16 reduction, which XLA:GPU runs in bfloat16 on H100s and newer (it widens it to float32 on older GPUs, as
+  XLA does on CPUs and TPUs), the error growing with the tokens summed. In float32 the two are the same."""
+  return (y.astype(jnp.float32) + bias).astype(y.dtype)
+
+
+def _dense_params(module: nn.Module, in_features: int, features: int, config: ModelConfig, names,
+                  glorot: bool = False):
+  """A dense layer's kernel [in_features, features] and bias [features] in `module` (a compact method's): named,
+  initialised (in the same order, so from the same keys) and partitioned as nn.Dense's."""
+  return (module.param('kernel', _glorot(names) if glorot else _init(config, names), (in_features, features),
+                       jnp.float32),
+          module.param('bias', _zeros(names[1:]), (features,), jnp.float32))
+
+
+class Dense(nn.Module):
+  """nn.Dense in config.dtype (the same parameters), its bias added by `add_bias`."""
+  features: int
+  config: ModelConfig
+  names: tuple
+  glorot: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    kernel, bias = _dense_params(self, x.shape[-1], self.features, self.config, self.names, self.glorot)
+    return add_bias(jnp.dot(x.astype(self.config.dtype), kernel.astype(self.config.dtype)), bias)
 
 
 def layer_norm(config: ModelConfig, axis_name: str, name: str = 'LayerNorm'):
@@ -241,16 +271,15 @@ def fold_embeddings_delta(params):
 
 
 class DenseParams(nn.Module):
-  """A `dense` layer's parameters (kernel [in, features], bias [features]: named, initialised and partitioned as
-  nn.Dense's), returned rather than applied: `fused_projections` applies several at once."""
+  """A `dense` layer's parameters (`_dense_params`), returned rather than applied: `fused_projections` applies
+  several at once."""
   features: int
   config: ModelConfig
   names: tuple
 
   @nn.compact
   def __call__(self, in_features: int):
-    return (self.param('kernel', _init(self.config, self.names), (in_features, self.features), jnp.float32),
-            self.param('bias', _zeros(self.names[1:]), (self.features,), jnp.float32))
+    return _dense_params(self, in_features, self.features, self.config, self.names)
 
 
 def dense_gelu(x, features: int, config: ModelConfig, names, name: str):
@@ -260,7 +289,7 @@ def dense_gelu(x, features: int, config: ModelConfig, names, name: str):
   backward pass (the FFN's widest tensor; for an H100, compiled without a GPU: Base's step bound 26.2 -> 25.3 ms)."""
   kernel, bias = DenseParams(features, config, names, name=name)(x.shape[-1])
   h = jnp.dot(x.astype(config.dtype), kernel.astype(config.dtype))
-  return jax.checkpoint(lambda h, b: gelu(h + b))(h, bias.astype(config.dtype))
+  return jax.checkpoint(lambda h, b: gelu(add_bias(h, b)))(h, bias)
 
 
 def fused_projections(x, layers, config: ModelConfig) -> list:
@@ -270,7 +299,7 @@ def fused_projections(x, layers, config: ModelConfig) -> list:
   concatenated, so that each kernel keeps its partitioning of `out`."""
   kernels, biases = zip(*(layer(x.shape[-1]) for layer in layers))
   y = jnp.einsum('ti,ilo->tlo', x.astype(config.dtype), jnp.stack(kernels, axis=1).astype(config.dtype))
-  y = constrain(y + jnp.stack(biases).astype(config.dtype), ('activation_batch', None, 'activation_heads'))
+  y = constrain(add_bias(y, jnp.stack(biases)), ('activation_batch', None, 'activation_heads'))
   return [y[:, i] for i in range(len(layers))]
 
 

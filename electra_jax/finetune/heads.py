@@ -19,7 +19,7 @@ import optax
 from electra_jax.config import ModelConfig
 from electra_jax.finetune import tasks
 from electra_jax.finetune.config import SquadConfig
-from electra_jax.model import Electra, dense, gelu
+from electra_jax.model import Electra, add_bias, dense, gelu
 
 NEG = 1000.0  # subtracted from span logits outside [CLS] + context, as the official code does
 
@@ -51,9 +51,8 @@ class PairDense(nn.Module):
     c = self.config
     init = nn.with_logical_partitioning(nn.initializers.truncated_normal(c.initializer_range), (None, None))
     kernel = self.param('kernel', init, (a.shape[-1] + b.shape[-1], self.features)).astype(c.dtype)
-    bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
-                      (self.features,)).astype(c.dtype)
-    return a.astype(c.dtype) @ kernel[:a.shape[-1]] + b.astype(c.dtype) @ kernel[a.shape[-1]:] + bias
+    bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)), (self.features,))
+    return add_bias(a.astype(c.dtype) @ kernel[:a.shape[-1]] + b.astype(c.dtype) @ kernel[a.shape[-1]:], bias)
 
 
 class SquadHead(nn.Module):
