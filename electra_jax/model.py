@@ -72,7 +72,7 @@ def add_bias(y, bias):
   """y + bias (a float32 parameter), added in float32 and rounded once to y's dtype. Autodiff then sums the bias's
   gradient over the tokens in float32: with the bias cast to y's bfloat16 first (as nn.Dense does), the sum is a
   bfloat16 reduction, which XLA:GPU runs in bfloat16 on H100s and newer (it widens it to float32 on older GPUs, as
-  XLA does on CPUs and TPUs), the error growing with the tokens summed. In float32 the two are the same."""
+  XLA:CPU does), the error growing with the tokens summed. In float32 the two are the same."""
   return (y.astype(jnp.float32) + bias).astype(y.dtype)
 
 
