@@ -65,8 +65,8 @@ def _sums(jaxpr):
 
 def test_bfloat16_sums_its_gradients_over_the_tokens_in_float32():
   """Every sum over the batch's tokens in the bf16 train step (the biases' gradients, LayerNorm's) adds float32
-  numbers: XLA:GPU runs a bfloat16 sum in bfloat16 on H100s and newer (model.add_bias), where a bias's gradient
-  summed over 16,384 tokens loses its low digits. The step's sums of bfloat16 numbers: none over the tokens."""
+  numbers. XLA:GPU runs a bfloat16 sum in bfloat16 on H100s and newer, where a bias's gradient summed over 16,384
+  tokens would lose its low digits; model.add_bias adds the biases in float32 so that autodiff sums in float32."""
   run = setup.pretraining(overrides=BF16)
   jitted, args = run.jitted()
   with sharding.activate(run.mesh, run.config.mesh.rules):
