@@ -621,6 +621,28 @@ def test_tied_logits_backward_runs_in_the_inputs_dtype():
     np.testing.assert_allclose(np.asarray(ours, np.float32), exact, rtol=0.05, atol=0.05)
 
 
+@pytest.mark.parametrize('glorot', [False, True])
+def test_dense_is_flax_dense_with_its_bias_added_in_float32(glorot):
+  """model.dense: nn.Dense's parameters (names, shapes, initial values from the same key), its float32 outputs and
+  gradients exactly; under bfloat16 the bias is added in float32 and the sum rounded once (model.add_bias)."""
+  init = model_lib._glorot(('embed', 'mlp')) if glorot else model_lib._init(CONFIG, ('embed', 'mlp'))  # pylint: disable=protected-access
+  theirs = nn.Dense(16, kernel_init=init, bias_init=model_lib._zeros(('mlp',)))  # pylint: disable=protected-access
+  ours = model_lib.dense(16, CONFIG, ('embed', 'mlp'), None, glorot=glorot)
+  x = jax.random.normal(jax.random.PRNGKey(0), (6, 8))
+  params = ours.init(jax.random.PRNGKey(1), x)
+  jax.tree.map(np.testing.assert_array_equal, params, theirs.init(jax.random.PRNGKey(1), x))
+  params = jax.tree.map(lambda p: p + jax.random.normal(jax.random.PRNGKey(2), p.shape) / 3, params)  # bias not 0
+  loss = lambda module: lambda p, x: jnp.sum(jnp.sin(module.apply(p, x)))
+  np.testing.assert_array_equal(ours.apply(params, x), theirs.apply(params, x))
+  jax.tree.map(np.testing.assert_array_equal, jax.grad(loss(ours))(params, x), jax.grad(loss(theirs))(params, x))
+  bf16 = model_lib.dense(16, dataclasses.replace(CONFIG, dtype='bfloat16'), ('embed', 'mlp'), None)
+  y = nn.unbox(params)['params']
+  exact = (x.astype(jnp.bfloat16) @ y['kernel'].astype(jnp.bfloat16)).astype(jnp.float32) + y['bias']
+  np.testing.assert_array_equal(bf16.apply(params, x), exact.astype(jnp.bfloat16))
+  rounded_bias = nn.Dense(16, dtype=jnp.bfloat16).apply(params, x)  # the bias rounded to bf16 before the add
+  assert np.any(np.asarray(rounded_bias != exact.astype(jnp.bfloat16)))
+
+
 def test_dense_gelu_keeps_only_the_matmul_output_for_the_backward_pass(capsys):
   """model.dense_gelu: gelu(dense(x)) with nn.Dense's parameters and the same values and gradients; what it keeps
   for the backward pass of the [tokens, features] size is the matmul's output alone (the bias add and GELU are done
