@@ -74,12 +74,12 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # dropout masks drawn by RngBitGenerator (config.for_platform).
     BASELINE: ({}, []),
     # The parameters and Adam's moments one array each again, not a few vectors (optimizer.flat_params, on by
-    # default on GPUs since it keeps the math): without a GPU, Small's step 2,148 -> 1,657 kernels with them (the
+    # default on GPUs since it keeps the math): without a GPU, Small's step 2,146 -> 1,628 kernels with them (the
     # optimizer's 384 -> 16, the weights' casts a few kernels).
     'flat params off': ({}, ONE_ARRAY_EACH),
     # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
-    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,657 -> 1,512 kernels;
-    # with an encoder's dropout masks in one draw too, 1,365.
+    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,628 -> 1,483 kernels;
+    # with an encoder's dropout masks in one draw too, 1,336.
     'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
     'fused_qkv': ({}, FUSED_QKV),
     # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
