@@ -305,7 +305,7 @@ class Check:
         text += f'; costliest: {top["name"]} {top["ms"]:.2f} ms ({top["op_name"][-60:]})'
       text += '; least time / measured: ' + ', '.join(  # each kind of kernel against its bytes' and FLOPs' bound
           f'{kind} {least / ms:.0%} of {ms:.2f} ms' for kind, (ms, least) in result['profile_least_ms'].items()
-          if ms >= 0.01 * busy)
+          if ms > 0 and ms >= 0.01 * busy)
     self.row(name, status, seconds, text, result)
     return result
 
