@@ -66,7 +66,7 @@ DECAY, NO_DECAY = 'decay', 'no_decay'  # FlatParams' two groups of vectors
 # the vector is small: for an H100 (jax 0.10.2, compiled without a GPU), a LayerNorm's scale and bias sliced from a
 # vector of 65,540 float32 fused into the LayerNorm's kernels, from one of 70,000 each stayed a kernel of its own.
 # ELECTRA-Small's ~82k biases and LayerNorm parameters: in one vector 102 slices were kernels of their own a step, in
-# two 27 (most of them the FFN biases' bfloat16 copies, sliced from one cast of their vector).
+# two none since the biases are added in float32 and kept out of jax.checkpoint (model.add_bias, model.biased_gelu).
 NO_DECAY_CHUNK = 65536
 
 
