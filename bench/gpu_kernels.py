@@ -64,7 +64,7 @@ def describe(name: str, compiled, seconds: dict) -> str:
     lines.append('  loops recorded too (+WHILE, --xla_gpu_command_buffer_unroll_loops=true): '
                  f'{kernels.graphs(module, loops=True, unroll=True)}')
   gpu = gpu_targets.parse(_TOPOLOGY.value)[0]
-  bandwidth = float(re.search(r'memory_bandwidth: (\d+)', gpu.device_info).group(1))
+  bandwidth = gpu.memory_bandwidth
   least = kernels.roofline(module, found, bandwidth, gpu.peak_flops)
   per_group = collections.Counter()
   for i in found:

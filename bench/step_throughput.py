@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from electra_jax import compile_cache, config as config_lib, flops, kernels, report, sharding
+from electra_jax import compile_cache, config as config_lib, flops, gpu_targets, kernels, report, sharding
 from electra_jax.train_step import Pretraining
 import synthetic
 
@@ -63,13 +63,6 @@ _COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run 
                                   'levers).')
 
 PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
-MEMORY_TBS = {'H100': 3.35, 'H200': 4.8, 'A100': 2.04, 'V100': 0.9}  # HBM bandwidth, TB/s (NVIDIA's datasheets)
-
-
-def _datasheet(table: dict[str, float]) -> float | None:
-  """The figure `table` gives for this machine's first device, by its kind (None: not a known accelerator)."""
-  kind = jax.devices()[0].device_kind.lower()
-  return next((value for name, value in table.items() if name.lower() in kind), None)
 
 
 def _per_second(fn, x, work: float) -> float:
@@ -85,15 +78,18 @@ def peak_flops_per_device(dtype: str) -> float:
   """PEAK_TFLOPS for this device (halved for float32), or on a CPU what XLA reaches on a large float32 matmul."""
   if _PEAK.value:
     return _PEAK.value * 1e12
-  if tflops := _datasheet(PEAK_TFLOPS):
-    return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
+  kind = jax.devices()[0].device_kind.lower()
+  for name, tflops in PEAK_TFLOPS.items():
+    if name.lower() in kind:
+      return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
   return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)
 
 
 def memory_bandwidth() -> float:
-  """Bytes/s of one device's memory: MEMORY_TBS for it, or on a CPU what adding 1 to 64 MiB reaches."""
-  if tbs := _datasheet(MEMORY_TBS):
-    return tbs * 1e12
+  """Bytes/s of one device's memory: the datasheet's for a GPU electra_jax.gpu_targets describes, else (a CPU)
+  what adding 1 to 64 MiB reaches."""
+  if gpu := gpu_targets.named(jax.devices()[0].device_kind):
+    return gpu.memory_bandwidth
   return _per_second(jax.jit(lambda a: a + 1), jnp.ones((2**24,), jnp.float32), 2 * 4 * 2**24)
 
 

@@ -26,30 +26,42 @@ class Gpu:
   device_info: str  # the fields of GpuTargetConfigProto.gpu_device_info, text format
   description: str  # what XLA names the device
 
+  @property
+  def memory_bandwidth(self) -> float:
+    """Bytes/s of its HBM (device_info's memory_bandwidth)."""
+    return float(re.search(r'memory_bandwidth: (\d+)', self.device_info).group(1))
+
 
 _COMMON = """
   threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152 threads_per_core_limit: 2048
   block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
   registers_per_core_limit: 65536 registers_per_block_limit: 65536"""
 
+# Hopper's SMs, caches and clocks (H100 and H200 SXM share the chip), with the memory's bandwidth and size.
+_HOPPER = _COMMON + """
+  shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
+  memory_bandwidth: {bandwidth} l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: {memory}
+  cuda_compute_capability {{ major: 9 minor: 0 }}"""
+
 GPUS = {
     # H100 SXM 80 GB: 989 TFLOP/s dense bf16 (NVIDIA H100 datasheet: 1,979 with 2:4 sparsity).
-    'h100': Gpu(84_942_979_072, 989e12, _COMMON + """
-  shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
-  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: 84942979072
-  cuda_compute_capability { major: 9 minor: 0 }""", 'NVIDIA H100 80GB HBM3'),
-    # H200 SXM 141 GB: the H100's chip (the same SMs, clocks and 989 TFLOP/s) with 143,771 MiB of HBM3e (nvidia-smi
-    # on the H200 lent, 2026-11-26) at 4.8 TB/s (NVIDIA H200 datasheet).
-    'h200': Gpu(150_754_820_096, 989e12, _COMMON + """
-  shared_memory_per_core: 233472 shared_memory_per_block_optin: 232448 core_count: 132 fpus_per_core: 128
-  memory_bandwidth: 4800000000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98 device_memory_size: 150754820096
-  cuda_compute_capability { major: 9 minor: 0 }""", 'NVIDIA H200'),
+    'h100': Gpu(84_942_979_072, 989e12, _HOPPER.format(bandwidth=3352320000000, memory=84942979072),
+                'NVIDIA H100 80GB HBM3'),
+    # H200 SXM 141 GB: the H100's chip with 143,771 MiB of HBM3e (nvidia-smi on the H200 lent, 2026-11-26) at 4.8
+    # TB/s (NVIDIA H200 datasheet).
+    'h200': Gpu(150_754_820_096, 989e12, _HOPPER.format(bandwidth=4800000000000, memory=150754820096), 'NVIDIA H200'),
     # A100 SXM 80 GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet: 624 with 2:4 sparsity).
     'a100': Gpu(85_100_068_864, 312e12, _COMMON + """
   shared_memory_per_core: 167936 shared_memory_per_block_optin: 166912 core_count: 108 fpus_per_core: 64
   memory_bandwidth: 2039040000000 l2_cache_size: 41943040 clock_rate_ghz: 1.41 device_memory_size: 85100068864
   cuda_compute_capability { major: 8 minor: 0 }""", 'NVIDIA A100-SXM4-80GB'),
 }
+
+
+def named(device_kind: str) -> Gpu | None:
+  """The GPU of GPUS that a jax device's `device_kind` names (e.g. 'NVIDIA H200'), if any."""
+  kind = device_kind.lower()
+  return next((gpu for name, gpu in GPUS.items() if name in kind), None)
 
 
 def parse(topology: str) -> tuple[Gpu, int, int] | None:

@@ -18,7 +18,9 @@ def test_topology_names_nodes_and_gpus():
   assert gpu_targets.parse('h100:2x8') == (gpu_targets.GPUS['h100'], 2, 8)
   assert gpu_targets.parse('a100:8') == (gpu_targets.GPUS['a100'], 1, 8)
   assert gpu_targets.parse('h200:1') == (gpu_targets.GPUS['h200'], 1, 1)
-  assert 'memory_bandwidth: 4800000000000' in gpu_targets.GPUS['h200'].device_info  # the H100's is 3.35 TB/s
+  assert gpu_targets.GPUS['h200'].memory_bandwidth == 4.8e12  # the H100's: 3.35 TB/s
+  assert gpu_targets.named('NVIDIA H200') is gpu_targets.GPUS['h200']  # jax's device_kind on the H200 lent
+  assert gpu_targets.named('NVIDIA H100 80GB HBM3') is gpu_targets.GPUS['h100'] and gpu_targets.named('cpu') is None
   assert gpu_targets.parse('v3:4x4') is None  # a TPU slice: aot's TPU path takes it
   assert aot.chip('h100:1') is gpu_targets.GPUS['h100'] and aot.chip('h100:1').hbm_bytes > 79 * aot.GIB
 
