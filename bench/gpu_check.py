@@ -62,8 +62,10 @@ NO_GRAPHS = '--xla_gpu_enable_command_buffer='  # XLA's command buffers (CUDA gr
 # layers at the iteration's index, and XLA records such a loop only unrolled (kernels.graphs).
 LOOPS_IN_GRAPHS = '--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_command_buffer_unroll_loops=true'
 SCAN = ['--config.model.scan_layers=true']
-TOWER_MASKS = ['--config.model.dropout_draw=rbg_tower']  # on a GPU ('auto' is 'rbg' there)
-FUSED_QKV = ['--config.model.fused_qkv=true']  # the query, key and value projections as one matmul
+# The GPU defaults before 2026-11-28 (config.for_platform): a mask drawn a dropout at a time (not an encoder's in one
+# draw); the query, key and value projections as three matmuls (not one).
+MASK_EACH = ['--config.model.dropout_draw=rbg']
+THREE_QKV = ['--config.model.fused_qkv=false']
 ONE_ARRAY_EACH = ['--config.optimizer.flat_params=false']  # GPUs' default: a few vectors (optimizer.FlatParams)
 STEPS_PER_CALL = 5  # configs/small.py's steps_per_call (the loop stage's second run)
 ONE_STEP = ['--config.steps_per_call=1']  # configs/small.py runs STEPS_PER_CALL
@@ -71,26 +73,28 @@ ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': '
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
     # beside it: the baseline measured the same way. On a GPU: cuDNN's fused attention without attention dropout,
-    # dropout masks drawn by RngBitGenerator (config.for_platform).
+    # an encoder's dropout masks in one RngBitGenerator draw, the query, key and value projections as one GEMM
+    # (config.for_platform).
     BASELINE: ({}, []),
+    # The GPU defaults before 2026-11-28, chosen from a compile for an H100 without a GPU (not yet measured on
+    # one): the query, key and value projections as three GEMMs (model.fused_qkv) and a dropout mask drawn at a
+    # time (model.dropout_draw), Small's step 1,336 -> 1,628 kernels; each alone.
+    'fused_qkv off, dropout_draw=rbg': ({}, [*THREE_QKV, *MASK_EACH]),
+    'fused_qkv off': ({}, THREE_QKV),
     # The parameters and Adam's moments one array each again, not a few vectors (optimizer.flat_params, on by
-    # default on GPUs since it keeps the math): without a GPU, Small's step 2,146 -> 1,628 kernels with them (the
-    # optimizer's 384 -> 16, the weights' casts a few kernels).
+    # default on GPUs since it keeps the math): without a GPU, Small's step 1,674 -> 1,336 kernels with them (the
+    # optimizer's 312 -> 16, the weights' casts a few kernels).
     'flat params off': ({}, ONE_ARRAY_EACH),
-    # Not yet measured on a GPU, fewer kernels for an H100 without one: the query, key and value projections as one
-    # GEMM over their stacked kernels (model.fused_qkv; the same parameters), Small's step 1,628 -> 1,483 kernels;
-    # with an encoder's dropout masks in one draw too, 1,336.
-    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
-    'fused_qkv': ({}, FUSED_QKV),
-    # The Small step is ~2,200 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
+    # The Small step is ~1,340 kernels; with XLA's command buffers (CUDA graphs) the profiler sees the graphs, not
     # their kernels: PROFILED, for Small and Base.
     'command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
     # jax's threefry CUDA kernel is a custom call XLA records in no command buffer: each one ends a CUDA graph. The
     # step keeps 8 (masking, sampling); inline, it has none.
     'threefry inline': ({'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}, []),
-    # An encoder's layer-output dropout masks in one draw (model.Encoder.tower_keep), not one each: for an H100
-    # without a GPU, Small's step 2,171 -> 2,025 kernels (dropout's 171 -> 1) and its XLA compile 24.7 -> 15.2 s.
-    'dropout_draw=rbg_tower': ({}, TOWER_MASKS),
+    # A mask drawn a dropout at a time, not an encoder's layer-output masks in one draw (model.Encoder.tower_keep):
+    # for an H100 without a GPU, Small's step 2,025 -> 2,171 kernels (dropout's 1 -> 171) and its XLA compile 15.2
+    # -> 24.7 s (measured before flat parameters).
+    'dropout_draw=rbg': ({}, MASK_EACH),
     # One layer's body compiled for the twelve: XLA:GPU compiles Small's step in a third of the time (for an H100
     # on a CPU: 7.9 s against 24.6 s), and its four loops are recorded in the CUDA graphs with WHILE (as XLA's
     # defaults run them, each iteration's kernels are launched from the host: 3,375 launches a step).
@@ -106,8 +110,8 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: none': ({}, []),
     'Base: flat params off': ({}, ONE_ARRAY_EACH),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
-    'Base: dropout_draw=rbg_tower': ({}, TOWER_MASKS),  # without a GPU: 2,214 -> 2,050 kernels, 27.2 -> 17.1 s
-    'Base: fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
+    'Base: fused_qkv off, dropout_draw=rbg': ({}, [*THREE_QKV, *MASK_EACH]),  # no GPU: 1,330 -> 1,653 kernels
+    'Base: dropout_draw=rbg': ({}, MASK_EACH),
     # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
@@ -152,20 +156,20 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
 # Levers of the compile alone (stage `compile`; name: (environment, extra flags); `{out}` in XLA_FLAGS is the check's
-# directory), most likely to help first: the GEMM autotuning results of the first compile (XLA's defaults, which
-# writes them) read back, so that XLA autotunes nothing: what results shipped for a GPU model would save a cold
-# start; the query, key and value projections as one GEMM and the dropout masks of an encoder's layers in one draw
-# (a compile for an H100 without a GPU: 15.2 s against 27.0); no GEMM autotuning (the GPU's compile of Small's step,
-# 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which cannot autotune); GEMM autotuning without its buffer
-# initialisation and its check of each candidate against a reference (level 1 of XLA's 4, the default); LLVM's
-# code generation split over the host's cores (one module by default: 4% less time with 2 cores without a GPU); one
-# layer's body compiled for all (a third of the compile, but more kernels a step: docs/gpu.md).
+# directory), most informative first: the GEMM autotuning results of the first compile (XLA's defaults, which writes
+# them) read back, so that XLA autotunes nothing: what results shipped for a GPU model would save a cold start; the
+# query, key and value projections as three GEMMs and a dropout mask drawn at a time (the GPU defaults before
+# 2026-11-28; a compile for an H100 without a GPU: 34.7 s against 23.0 s); no GEMM autotuning (the GPU's compile of
+# Small's step, 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which cannot autotune); GEMM autotuning without
+# its buffer initialisation and its check of each candidate against a reference (level 1 of XLA's 4, the default);
+# LLVM's code generation split over the host's cores (one module by default: 4% less time with 2 cores without a GPU);
+# one layer's body compiled for all (a third of the compile, but more kernels a step: docs/gpu.md).
 AUTOTUNE_RESULTS = '{out}/autotune_results.textproto'
 COMPILE_LEVERS = {
     'XLA defaults': ({'XLA_FLAGS': f'--xla_gpu_dump_autotune_results_to={AUTOTUNE_RESULTS}'}, []),
     'autotune results of the first compile': (
         {'XLA_FLAGS': f'--xla_gpu_load_autotune_results_from={AUTOTUNE_RESULTS}'}, []),
-    'fused_qkv, dropout_draw=rbg_tower': ({}, [*FUSED_QKV, *TOWER_MASKS]),
+    'fused_qkv off, dropout_draw=rbg': ({}, [*THREE_QKV, *MASK_EACH]),
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'autotune level 1': ({'XLA_FLAGS': '--xla_gpu_autotune_level=1'}, []),
     'parallel LLVM compile': ({'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '

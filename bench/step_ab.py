@@ -38,7 +38,7 @@ _LEVER = flags.DEFINE_enum('lever', 'sampler', ['sampler', 'dropout', 'qkv'], 'W
 # Each lever: the config section and key, and the two values.
 LEVERS = {'sampler': ('objective', 'sampling', ('gumbel', 'inverse_cdf')),
           'dropout': ('model', 'dropout_draw', ('uniform', 'bits16')),
-          'qkv': ('model', 'fused_qkv', (False, True))}
+          'qkv': ('model', 'fused_qkv', ('false', 'true'))}
 
 
 def main(argv):

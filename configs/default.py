@@ -62,10 +62,11 @@ def get_config():
   config.model.remat = m.remat  # none|full|dots|dots_no_batch|outputs: what a layer keeps for backward (config.REMATS).
   # auto|einsum|fused (config.ATTENTIONS): auto is cuDNN's fused attention, without attention dropout, on GPUs.
   config.model.attention = m.attention
-  # auto|uniform|bits16|rbg|rbg_tower (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs, rbg
-  # on GPUs.
+  # auto|uniform|bits16|rbg|rbg_tower (config.DROPOUT_DRAWS): how dropout masks are drawn; auto: bits16 on CPUs,
+  # rbg_tower on GPUs (rbg with remat), uniform on TPUs.
   config.model.dropout_draw = m.dropout_draw
-  # The attention's query, key and value projections as one matmul (config.py: model.fused_qkv); same parameters.
+  # auto|true|false: the attention's query, key and value projections as one matmul (config.py: model.fused_qkv;
+  # same parameters); auto: true on GPUs.
   config.model.fused_qkv = m.fused_qkv
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers

@@ -92,24 +92,41 @@ def attention_implementation(attention: str, platform: str, dtype: str) -> str:
 #   one each: a few kernels instead of ~150 in ELECTRA-Small's step on a GPU, the masks held all at once; with
 #   scan_layers each layer draws its own.
 #   'auto': 'bits16' on a CPU, where threefry dropout was ~16% of the ELECTRA-Small step and bits16 makes the step
-#   ~8% faster; 'rbg' on a GPU, where threefry's draws are kernels of their own: 4 ms off Base's step with cuDNN
-#   attention on an H200 (BENCHMARKS.md); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17% slower
-#   with 'bits16'.
+#   ~8% faster; on a GPU, where threefry's draws are kernels of their own (RngBitGenerator: 4 ms off Base's step
+#   with cuDNN attention on an H200, BENCHMARKS.md), 'rbg_tower' when the layers recompute nothing (model.remat
+#   'none': their masks are kept for the backward pass either way), 'rbg' when they do (a recomputed layer draws
+#   its masks again rather than holding them); 'uniform' on a TPU: its compiler estimates Large's v3-64 step 17%
+#   slower with 'bits16'.
 DROPOUT_DRAWS = ('auto', 'uniform', 'bits16', 'rbg', 'rbg_tower')
 
 
-def dropout_draw(draw: str, platform: str) -> str:
-  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu'): 'uniform', 'bits16', 'rbg' or 'rbg_tower'."""
+def dropout_draw(draw: str, platform: str, remat: str = 'none') -> str:
+  """model.dropout_draw resolved for `platform` ('cpu', 'gpu', 'tpu') and model.remat: 'uniform', 'bits16', 'rbg'
+  or 'rbg_tower'."""
   if draw != 'auto':
     return draw
-  return {'cpu': 'bits16', 'gpu': 'rbg'}.get(platform, 'uniform')
+  if platform == 'gpu':
+    return 'rbg_tower' if REMAT_BOOLS.get(remat, remat) == 'none' else 'rbg'
+  return {'cpu': 'bits16'}.get(platform, 'uniform')
 
 
-# model.fused_qkv: the attention's query, key and value projections as one matmul over their three kernels stacked
-#   (model.fused_projections) rather than three. The same parameters (names, shapes, initial values: checkpoints and
-#   conversions are unchanged) and the same results up to float rounding. For an H100, compiled without a GPU: 347
-#   fewer kernels in ELECTRA-Small's step (2,171 -> 1,824), one GEMM for three small ones. Off until measured on a GPU
-#   (the GPU check's lever 'fused_qkv'); on a 2-core CPU no faster.
+# model.fused_qkv: 'true': the attention's query, key and value projections as one matmul over their three kernels
+#   stacked (model.fused_projections) rather than three. The same parameters (names, shapes, initial values:
+#   checkpoints and conversions are unchanged) and the same results up to float rounding. 'auto': 'true' on a GPU
+#   (one GEMM for three small ones: compiled for an H100 without a GPU, ELECTRA-Small's step 1,628 -> 1,336 kernels
+#   with the 'rbg_tower' masks, the same bytes, its XLA compile 35 -> 23 s; not yet timed on a GPU: the GPU check's
+#   lever 'fused_qkv off, dropout_draw=rbg'), 'false' on CPUs (on 2 cores no faster) and TPUs. A boolean is taken
+#   as 'true' or 'false' (the key's values before 'auto').
+FUSED_QKV = ('auto', 'true', 'false')
+
+
+def fused_qkv(value, platform: str) -> str:
+  """model.fused_qkv resolved for `platform`: 'true' or 'false'."""
+  value = str(value).lower()
+  if value == 'auto':
+    return 'true' if platform == 'gpu' else 'false'
+  return value
+
 
 # objective.sampling: how the generator's replacements are drawn from its softmax. 'inverse_cdf': one uniform number
 #   per position and a cumulative sum over the vocabulary (objective.sample_replacements); 'gumbel': Gumbel noise on
@@ -121,19 +138,22 @@ SAMPLINGS = ('inverse_cdf', 'gumbel')
 
 def for_platform(model, platform: str) -> dict:
   """The model keys that depend on the platform ('cpu', 'gpu', 'tpu'), resolved as a run there resolves them:
-  {'dtype', 'attention', 'attention_dropout_rate', 'dropout_draw'}. `model`: the model section of a config file, or
-  a ModelConfig's fields."""
+  {'dtype', 'attention', 'attention_dropout_rate', 'dropout_draw', 'fused_qkv'}. `model`: the model section of a
+  config file, or a ModelConfig's fields."""
   dtype = compute_dtype(model['dtype'], platform)
   attention = attention_implementation(model['attention'], platform, dtype)
   fused_by_auto = model['attention'] == 'auto' and attention != 'einsum'
   return {'dtype': dtype, 'attention': attention,
           'attention_dropout_rate': 0.0 if fused_by_auto else model['attention_dropout_rate'],
-          'dropout_draw': dropout_draw(model['dropout_draw'], platform)}
+          'dropout_draw': dropout_draw(model['dropout_draw'], platform, model['remat']),
+          'fused_qkv': fused_qkv(model['fused_qkv'], platform)}
 
 
 def platform_line(model: 'ModelConfig') -> str:
   """The line a run starts with: what its platform made of the model's 'auto' keys."""
   line = f'model: {model.dtype}, attention={model.attention}, dropout masks {model.dropout_draw}'
+  if model.fused_qkv:
+    line += ', query/key/value in one matmul'
   if model.attention != 'einsum' and model.dropout_rate > 0:
     line += ", no attention dropout (fused attention takes none; model.attention=einsum keeps the paper's)"
   return line
@@ -191,7 +211,7 @@ class ModelConfig:
   scan_layers: bool = False
   attention: str = 'auto'
   dropout_draw: str = 'auto'  # resolved on construction (`dropout_draw`)
-  fused_qkv: bool = False
+  fused_qkv: str | bool = 'auto'  # resolved on construction to a bool (`fused_qkv`)
   tying: str = 'embeddings'
 
   def __post_init__(self):
@@ -206,8 +226,11 @@ class ModelConfig:
     if self.dropout_draw not in DROPOUT_DRAWS:
       raise ConfigError(f'model.dropout_draw must be one of {", ".join(map(repr, DROPOUT_DRAWS))}, got '
                         f'{self.dropout_draw!r}')
+    if str(self.fused_qkv).lower() not in FUSED_QKV:
+      raise ConfigError(f'model.fused_qkv must be one of {", ".join(map(repr, FUSED_QKV))}, got {self.fused_qkv!r}')
     for key, value in for_this_platform(vars(self)).items():
       object.__setattr__(self, key, value)
+    object.__setattr__(self, 'fused_qkv', self.fused_qkv == 'true')
     check_ranges('model.', self, positive=('embedding_size', 'hidden_size', 'num_layers', 'num_heads',
                                            'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
                                            'generator_hidden_fraction', 'generator_layers_fraction',

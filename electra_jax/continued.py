@@ -21,7 +21,7 @@ from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
 
 # Model keys that change no parameter's name or shape: the new run's config decides them.
-FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', 'attention')
+FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', 'attention', 'fused_qkv')
 
 
 def check_overrides(config, overrides: dict):

@@ -451,12 +451,12 @@ def emulator_environment(url: str) -> dict[str, str]:
 V, E, H = 72, 16, 32  # V differs from every other dimension, so a [V, .] shape is a vocab table
 B, L, P = 2, 16, 3
 # Generator width 32 * 0.5 = 16 = E, so only the discriminator has an embeddings_project (E=16 -> H=32).
-# dtype, attention and dropout_draw given (what 'auto' is on a CPU): resolving 'auto' (config.for_this_platform)
-# would start jax's backend when this module is imported, before tests/multihost_worker.py calls
-# jax.distributed.initialize.
+# dtype, attention, dropout_draw and fused_qkv given (what 'auto' is on a CPU): resolving 'auto'
+# (config.for_this_platform) would start jax's backend when this module is imported, before
+# tests/multihost_worker.py calls jax.distributed.initialize.
 MODEL_CONFIG = ModelConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_layers=2, num_heads=2,
                            intermediate_size=64, generator_hidden_fraction=0.5, max_position_embeddings=32,
-                           dtype='float32', attention='einsum', dropout_draw='bits16')
+                           dtype='float32', attention='einsum', dropout_draw='bits16', fused_qkv=False)
 
 
 def model_inputs(lengths=(16, 11), seed=0):

@@ -239,44 +239,70 @@ def test_auto_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
 
 
 def test_auto_dropout_draw_is_bits16_on_cpu_and_rbg_on_gpu():
-  """model.dropout_draw='auto': 16-bit masks where they are faster (CPU), one RngBitGenerator draw on GPUs,
-  uniform floats on TPUs."""
-  assert [config_lib.dropout_draw('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['uniform', 'rbg', 'bits16']
+  """model.dropout_draw='auto': 16-bit masks where they are faster (CPU); on GPUs one RngBitGenerator draw for an
+  encoder's masks, or one a mask where layers are recomputed (remat); uniform floats on TPUs."""
+  assert [config_lib.dropout_draw('auto', p) for p in ('tpu', 'gpu', 'cpu')] == ['uniform', 'rbg_tower', 'bits16']
+  assert [config_lib.dropout_draw('auto', 'gpu', r) for r in ('full', 'dots', True, False)] == [
+      'rbg', 'rbg', 'rbg', 'rbg_tower']
+  assert config_lib.dropout_draw('auto', 'tpu', 'full') == 'uniform'
   assert config_lib.dropout_draw('uniform', 'cpu') == 'uniform'
   assert config_lib.load(default.get_config(), vocab_size=100).model.dropout_draw == 'bits16'
   with pytest.raises(config_lib.ConfigError, match='model.dropout_draw must be one of'):
     config_lib.load(_values(model__dropout_draw='bits8'), vocab_size=100)
 
 
+@pytest.mark.parametrize('given, platform, fused', [
+    ('auto', 'gpu', True), ('auto', 'cpu', False), ('auto', 'tpu', False),
+    ('false', 'gpu', False), ('true', 'cpu', True), ('True', 'cpu', True),
+    (True, 'cpu', True), (False, 'gpu', False),  # the key's values before 'auto' (saved configs, user files)
+])
+def test_fused_qkv_auto_is_true_on_gpus(given, platform, fused):
+  """model.fused_qkv: 'auto' (the default) is one matmul for the query, key and value projections on a GPU, three
+  elsewhere; the resolved ModelConfig holds a bool."""
+  assert default.get_config().model.fused_qkv == 'auto'
+  assert config_lib.fused_qkv(given, platform) == str(fused).lower()
+  if platform == 'cpu':  # what the tests' backend makes of it on construction
+    assert config_lib.ModelConfig(fused_qkv=given).fused_qkv is fused
+    assert config_lib.load(_values(model__fused_qkv=given), vocab_size=100).model.fused_qkv is fused
+
+
+def test_fused_qkv_refuses_other_values():
+  with pytest.raises(config_lib.ConfigError, match="model.fused_qkv must be one of 'auto', 'true', 'false', got 'yes'"):
+    config_lib.ModelConfig(fused_qkv='yes')
+
+
 def test_every_auto_key_resolved_for_a_platform_at_once(monkeypatch):
   """config.for_platform gives what a run on each platform makes of the default model section: on a GPU bf16,
-  cuDNN's fused attention without attention dropout and RngBitGenerator masks; on a TPU bf16, the einsum attention
-  with its dropout and uniform masks; on a CPU float32, einsum and 16-bit masks. Asked for, the einsum attention
-  keeps its dropout on a GPU."""
+  cuDNN's fused attention without attention dropout, an encoder's masks in one RngBitGenerator draw and the
+  query, key and value projections as one matmul; on a TPU bf16, the einsum attention with its dropout and uniform
+  masks; on a CPU float32, einsum and 16-bit masks. Asked for, the einsum attention keeps its dropout on a GPU."""
   model = default.get_config().model
   keys = lambda platform: tuple(config_lib.for_platform(model, platform)[k]
-                                for k in ('dtype', 'attention', 'attention_dropout_rate', 'dropout_draw'))
-  assert keys('gpu') == ('bfloat16', 'cudnn', 0.0, 'rbg')
-  assert keys('tpu') == ('bfloat16', 'einsum', 0.1, 'uniform')
-  assert keys('cpu') == ('float32', 'einsum', 0.1, 'bits16')
+                                for k in ('dtype', 'attention', 'attention_dropout_rate', 'dropout_draw', 'fused_qkv'))
+  assert keys('gpu') == ('bfloat16', 'cudnn', 0.0, 'rbg_tower', 'true')
+  assert keys('tpu') == ('bfloat16', 'einsum', 0.1, 'uniform', 'false')
+  assert keys('cpu') == ('float32', 'einsum', 0.1, 'bits16', 'false')
   model.attention = 'einsum'
-  assert keys('gpu') == ('bfloat16', 'einsum', 0.1, 'rbg')
+  assert keys('gpu') == ('bfloat16', 'einsum', 0.1, 'rbg_tower', 'true')
   model.attention = 'auto'
   # On construction, for this CPU:
   built = config_lib.load(default.get_config(), vocab_size=100).model
-  assert (built.dtype, built.attention, built.attention_dropout_rate, built.dropout_draw) == (
-      'float32', 'einsum', 0.1, 'bits16')
+  assert (built.dtype, built.attention, built.attention_dropout_rate, built.dropout_draw, built.fused_qkv) == (
+      'float32', 'einsum', 0.1, 'bits16', False)
   assert config_lib.platform_line(built) == 'model: float32, attention=einsum, dropout masks bits16'
   # for_this_platform asks jax's backend (which starts it) only when the platforms resolve the model differently.
   asked = []
   monkeypatch.setattr(jax, 'default_backend', lambda: asked.append(1) or 'gpu')
-  assert tuple(config_lib.for_this_platform(model).values()) == ('bfloat16', 'cudnn', 0.0, 'rbg') and asked == [1]
+  assert tuple(config_lib.for_this_platform(model).values()) == ('bfloat16', 'cudnn', 0.0, 'rbg_tower', 'true')
+  assert asked == [1]
   on_gpu = config_lib.load(default.get_config(), vocab_size=100).model
+  assert on_gpu.fused_qkv is True
   assert config_lib.platform_line(on_gpu) == (
-      "model: bfloat16, attention=cudnn, dropout masks rbg, no attention dropout (fused attention takes none; "
-      "model.attention=einsum keeps the paper's)")
-  given = {'dtype': 'bfloat16', 'attention': 'einsum', 'dropout_draw': 'uniform', 'attention_dropout_rate': 0.1}
-  assert config_lib.for_this_platform(given) == given
+      "model: bfloat16, attention=cudnn, dropout masks rbg_tower, query/key/value in one matmul, no attention dropout "
+      "(fused attention takes none; model.attention=einsum keeps the paper's)")
+  given = {'dtype': 'bfloat16', 'attention': 'einsum', 'dropout_draw': 'uniform', 'attention_dropout_rate': 0.1,
+           'fused_qkv': 'false'}
+  assert config_lib.for_this_platform({**given, 'remat': 'none'}) == given
   assert asked == [1, 1]
 
 

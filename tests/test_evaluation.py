@@ -13,6 +13,7 @@ import pytest
 from electra_jax import config as config_lib, data, evaluation, sharding, train_step, trainer
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import split as split_lib
+from configs import default
 from helpers import WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.usefixtures('compile_once')
@@ -181,3 +182,18 @@ def test_a_run_from_before_the_held_out_keys_resumes(tmp_path, corpus_file, cach
   values['data']['eval_fraction'] = 0.1
   with pytest.raises(config_lib.ConfigError, match=r'different data settings \(data.eval_fraction\)'):
     trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('saved, resumes', [(False, True), (True, False), ('false', False), ('auto', True)])
+def test_a_run_from_before_fused_qkv_auto_resumes(tmp_path, saved, resumes):
+  """model.fused_qkv was a boolean, false by default, before 'auto': a run that saved false resumes under the new
+  default ('auto'), one that saved true or asked for 'false' does not."""
+  values = default.get_config().to_dict()
+  old = json.loads(json.dumps(values))
+  old['model']['fused_qkv'] = saved
+  (tmp_path / 'config.json').write_text(json.dumps(old))
+  if resumes:
+    trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
+  else:
+    with pytest.raises(config_lib.ConfigError, match=r'different model settings \(model.fused_qkv\)'):
+      trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access

@@ -74,7 +74,7 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
   profiled = 'command buffers off'  # gpu_check.PROFILED[0]
   compiles = ['compile: XLA defaults', 'compile: autotune results of the first compile',
-              'compile: fused_qkv, dropout_draw=rbg_tower', 'compile: autotune off',
+              'compile: fused_qkv off, dropout_draw=rbg', 'compile: autotune off',
               'compile: autotune level 1', 'compile: parallel LLVM compile', 'compile: scan_layers']
   assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'loop', 'loop, 1 step a call',
                                         *compiles, 'base',

@@ -23,7 +23,7 @@ MESHES = {
     'data': ((8, 1, 1), ()),
     'fsdp+remat': ((2, 4, 1), (('model.remat', 'full'),)),
     'data+fsdp+tensor': ((2, 2, 2), ()),
-    'data+fsdp+tensor, fused q/k/v': ((2, 2, 2), (('model.fused_qkv', True),)),
+    'data+fsdp+tensor, fused q/k/v': ((2, 2, 2), (('model.fused_qkv', 'true'),)),
     'tensor': ((1, 1, 8), ()),
 }
 def _adam(opt_state):
