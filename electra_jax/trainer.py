@@ -72,7 +72,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   would (tests use it).
   """
   started = time.time()
-  c, run, tokenizer, batches, workdir, config_dict = _prepare(config, workdir)
+  c, run, tokenizer, workdir, config_dict = _prepare(config, workdir)
+  batches = _batches(c, tokenizer)
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
   compiled = None  # the train step's compile, in a thread while the state is made (a finished run needs none)
   if (checkpointer.latest_step() or 0) < c.train_steps:
@@ -133,8 +134,8 @@ def _call(run: train_step.Pretraining, state, batches, rng, step: int, end: int)
 
 
 def _prepare(config, workdir):
-  """(TrainConfig, Pretraining, tokenizer, batches, workdir as a path, the config to save) of the run `config` in
-  `workdir`, with everything the command line says checked and nothing written yet."""
+  """(TrainConfig, Pretraining, tokenizer, workdir as a path, the config to save) of the run `config` in `workdir`,
+  with everything the command line says checked but the data (`_batches`) and nothing written yet."""
   continued.check_workdir(config, workdir)
   config = continued.adopt(config)  # with init_checkpoint: its model and tokenizer
   config_dict = config.to_dict()
@@ -149,13 +150,17 @@ def _prepare(config, workdir):
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
   run = train_step.cached(c, tokenizer.special, sharding.make_mesh(c.mesh))
   run.check_batch()  # before anything is written; the compile and the step do not check again
-  examples = data.load_examples(c.data, tokenizer, seed=c.seed, process_index=jax.process_index(),
-                                process_count=jax.process_count())
-  batches = data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
-                               process_index=jax.process_index(), process_count=jax.process_count())
   if (workdir / 'checkpoints').is_dir():
     _check_resume_config(workdir, config_dict)
-  return c, run, tokenizer, batches, workdir, config_dict
+  return c, run, tokenizer, workdir, config_dict
+
+
+def _batches(c: config_lib.TrainConfig, tokenizer) -> data.BatchIterator:
+  """This process's batches of the run's training examples."""
+  examples = data.load_examples(c.data, tokenizer, seed=c.seed, process_index=jax.process_index(),
+                                process_count=jax.process_count())
+  return data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
+                            process_index=jax.process_index(), process_count=jax.process_count())
 
 
 def precompile(config, workdir: str):
@@ -164,7 +169,7 @@ def precompile(config, workdir: str):
   written to `workdir`. The train step stays compiled in this process (`train_step.cached`), the evaluation step in
   JAX's compile cache: a later `train` of the same config in this process does not compile its train step. Runs
   prepared one after another and compiled at once (experiments.compare) share the host's cores."""
-  c, run, tokenizer, _, _, _ = _prepare(config, workdir)
+  c, run, tokenizer, _, _ = _prepare(config, workdir)
   train = scaffold.compile_in_thread('the train step', run.compile)
   evaluator = _evaluator(c, run, tokenizer)
   return lambda: [train.result()[1], *evaluator.compiled()]
