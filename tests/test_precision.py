@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import sharding
+from electra_jax import config as config_lib, sharding
 from electra_jax.model import Electra
+from configs import default as configs_default
 import scale_setup as setup
 from scale_setup import assert_same_run
 
@@ -40,6 +41,22 @@ def test_bfloat16_learns_like_float32():
   # loss falls by ~40%; bf16 must track fp32 within 2% at every step (measured on XLA:CPU: 0.04%).
   assert bf16[-1] < 0.7 * bf16[0]
   np.testing.assert_allclose(bf16, fp32, rtol=2e-2)
+
+
+def test_the_gpu_defaults_learn_like_the_cpu_defaults():
+  """The model keys a GPU resolves 'auto' to (config.for_platform: bf16, fused attention without its dropout, an
+  encoder's dropout masks in one RngBitGenerator draw, the query/key/value projections as one matmul), run on a CPU
+  with XLA's attention for cuDNN's: the tiny model's loss falls as the CPU defaults' does (other masks, so not step
+  for step)."""
+  gpu = config_lib.for_platform(configs_default.get_config().model.to_dict(), 'gpu')
+  assert (gpu['attention'], gpu['dropout_draw'], gpu['fused_qkv']) == ('cudnn', 'rbg_tower', 'true')
+  overrides = tuple((f'model.{k}', 'xla' if v == 'cudnn' else v) for k, v in sorted(gpu.items()))
+  reference, _ = setup.trained()
+  history, state = setup.trained((1, 1, 1), overrides)
+  assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype('float32')}
+  cpu, on_gpu = setup.losses(reference), setup.losses(history)
+  assert on_gpu[-1] < 0.7 * on_gpu[0]
+  np.testing.assert_allclose(on_gpu[-1], cpu[-1], rtol=0.05)
 
 
 def test_gradient_accumulation_equals_one_batch():
