@@ -66,7 +66,7 @@ def get_config():
   # rbg_tower on GPUs (rbg with remat), uniform on TPUs.
   config.model.dropout_draw = m.dropout_draw
   # auto|true|false: the attention's query, key and value projections as one matmul (config.py: model.fused_qkv;
-  # same parameters); auto: true on GPUs.
+  # same parameters); auto: true on GPUs (false with remat).
   config.model.fused_qkv = m.fused_qkv
   # One lax.scan over the encoder layers (stacked parameters) instead of unrolled.
   config.model.scan_layers = m.scan_layers

@@ -65,6 +65,11 @@ REMATS = ('none', 'full', 'dots', 'dots_no_batch', 'outputs')
 REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # the key's old values
 
 
+def _recomputes(remat) -> bool:
+  """Whether model.remat `remat` recomputes anything of a layer in the backward pass."""
+  return REMAT_BOOLS.get(remat, remat) != 'none'
+
+
 # model.attention: how the attention core runs. 'einsum': einsums with a float32 softmax and attention dropout (exact
 #   on every platform). 'fused': `jax.nn.dot_product_attention`, cuDNN's fused flash attention on a GPU ('cudnn'),
 #   XLA's implementation elsewhere ('xla'); it takes no dropout, so it needs model.attention_dropout_rate=0.
@@ -106,25 +111,27 @@ def dropout_draw(draw: str, platform: str, remat: str = 'none') -> str:
   if draw != 'auto':
     return draw
   if platform == 'gpu':
-    return 'rbg_tower' if REMAT_BOOLS.get(remat, remat) == 'none' else 'rbg'
+    return 'rbg' if _recomputes(remat) else 'rbg_tower'
   return {'cpu': 'bits16'}.get(platform, 'uniform')
 
 
 # model.fused_qkv: 'true': the attention's query, key and value projections as one matmul over their three kernels
 #   stacked (model.fused_projections) rather than three. The same parameters (names, shapes, initial values:
 #   checkpoints and conversions are unchanged) and the same results up to float rounding. 'auto': 'true' on a GPU
-#   (one GEMM for three small ones: compiled for an H100 without a GPU, ELECTRA-Small's step 1,628 -> 1,336 kernels
-#   with the 'rbg_tower' masks, the same bytes, its XLA compile 35 -> 23 s; not yet timed on a GPU: the GPU check's
-#   lever 'fused_qkv off, dropout_draw=rbg'), 'false' on CPUs (on 2 cores no faster) and TPUs. A boolean is taken
-#   as 'true' or 'false' (the key's values before 'auto').
+#   when the layers recompute nothing (model.remat 'none'): one GEMM for three small ones, compiled for an H100
+#   without a GPU ELECTRA-Small's step 1,628 -> 1,336 kernels with the 'rbg_tower' masks, the same bytes, its XLA
+#   compile 35 -> 23 s (not yet timed on a GPU: the GPU check's lever 'fused_qkv off, dropout_draw=rbg'); 'false'
+#   where they do (Large's GPU preset, remat 'full', compiled 5.7 GiB more a GPU with one matmul: 30.07 against
+#   24.34 GiB), on CPUs (on 2 cores no faster) and on TPUs. A boolean is taken as 'true' or 'false' (the key's
+#   values before 'auto').
 FUSED_QKV = ('auto', 'true', 'false')
 
 
-def fused_qkv(value, platform: str) -> str:
-  """model.fused_qkv resolved for `platform`: 'true' or 'false'."""
+def fused_qkv(value, platform: str, remat: str = 'none') -> str:
+  """model.fused_qkv resolved for `platform` and model.remat: 'true' or 'false'."""
   value = str(value).lower()
   if value == 'auto':
-    return 'true' if platform == 'gpu' else 'false'
+    return 'true' if platform == 'gpu' and not _recomputes(remat) else 'false'
   return value
 
 
@@ -146,7 +153,7 @@ def for_platform(model, platform: str) -> dict:
   return {'dtype': dtype, 'attention': attention,
           'attention_dropout_rate': 0.0 if fused_by_auto else model['attention_dropout_rate'],
           'dropout_draw': dropout_draw(model['dropout_draw'], platform, model['remat']),
-          'fused_qkv': fused_qkv(model['fused_qkv'], platform)}
+          'fused_qkv': fused_qkv(model['fused_qkv'], platform, model['remat'])}
 
 
 def platform_line(model: 'ModelConfig') -> str:

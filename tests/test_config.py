@@ -251,19 +251,20 @@ def test_auto_dropout_draw_is_bits16_on_cpu_and_rbg_on_gpu():
     config_lib.load(_values(model__dropout_draw='bits8'), vocab_size=100)
 
 
-@pytest.mark.parametrize('given, platform, fused', [
-    ('auto', 'gpu', True), ('auto', 'cpu', False), ('auto', 'tpu', False),
-    ('false', 'gpu', False), ('true', 'cpu', True), ('True', 'cpu', True),
-    (True, 'cpu', True), (False, 'gpu', False),  # the key's values before 'auto' (saved configs, user files)
+@pytest.mark.parametrize('given, platform, remat, fused', [
+    ('auto', 'gpu', 'none', True), ('auto', 'cpu', 'none', False), ('auto', 'tpu', 'none', False),
+    ('auto', 'gpu', 'full', False), ('auto', 'gpu', 'dots', False), ('auto', 'gpu', False, True),
+    ('false', 'gpu', 'none', False), ('true', 'cpu', 'none', True), ('True', 'gpu', 'full', True),
+    (True, 'cpu', 'none', True), (False, 'gpu', 'none', False),  # the key's values before 'auto'
 ])
-def test_fused_qkv_auto_is_true_on_gpus(given, platform, fused):
-  """model.fused_qkv: 'auto' (the default) is one matmul for the query, key and value projections on a GPU, three
-  elsewhere; the resolved ModelConfig holds a bool."""
+def test_fused_qkv_auto_is_true_on_gpus_without_remat(given, platform, remat, fused):
+  """model.fused_qkv: 'auto' (the default) is one matmul for the query, key and value projections on a GPU whose
+  layers recompute nothing, three elsewhere; the resolved ModelConfig holds a bool."""
   assert default.get_config().model.fused_qkv == 'auto'
-  assert config_lib.fused_qkv(given, platform) == str(fused).lower()
+  assert config_lib.fused_qkv(given, platform, remat) == str(fused).lower()
   if platform == 'cpu':  # what the tests' backend makes of it on construction
-    assert config_lib.ModelConfig(fused_qkv=given).fused_qkv is fused
-    assert config_lib.load(_values(model__fused_qkv=given), vocab_size=100).model.fused_qkv is fused
+    assert config_lib.ModelConfig(fused_qkv=given, remat=remat).fused_qkv is fused
+    assert config_lib.load(_values(model__fused_qkv=given, model__remat=remat), vocab_size=100).model.fused_qkv is fused
 
 
 def test_fused_qkv_refuses_other_values():

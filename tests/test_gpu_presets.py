@@ -40,10 +40,11 @@ def test_preset_sets_only_the_accumulation(name, preset, accum, rows):
   c = aot.load_config(gpu, 'gpu')  # as a GPU run resolves the 'auto' keys (config.for_platform)
   remat = 'full' if name == 'large' else 'none'
   assert (c.grad_accum_steps, c.model.dtype, c.model.remat) == (accum, 'bfloat16', remat)
-  # An encoder's dropout masks in one draw unless its layers are recomputed (config.dropout_draw).
-  draw = 'rbg' if name == 'large' else 'rbg_tower'
+  # An encoder's dropout masks in one draw and one query/key/value matmul unless its layers are recomputed
+  # (config.dropout_draw, config.fused_qkv).
+  draw, fused = ('rbg', False) if name == 'large' else ('rbg_tower', True)
   assert (c.model.attention, c.model.attention_dropout_rate, c.model.dropout_draw, c.model.fused_qkv) == (
-      'cudnn', 0.0, draw, True)
+      'cudnn', 0.0, draw, fused)
 
 
 def test_no_preset_is_the_paper_config():
