@@ -121,11 +121,11 @@ def dropout_draw(draw: str, platform: str, remat: str = 'none') -> str:
 #   when the layers recompute nothing (model.remat 'none'): one GEMM for three small ones, compiled for an H100
 #   without a GPU ELECTRA-Small's step 1,628 -> 1,336 kernels with the 'rbg_tower' masks, the same bytes, its XLA
 #   compile 35 -> 23 s (not yet timed on a GPU: the GPU check's lever 'fused_qkv off, dropout_draw=rbg'); 'false'
-#   where they do, which keeps Large's GPU presets in their memory: `large.py:gpu` on 8 H100s compiled 5.7 GiB more
-#   a GPU with one matmul (30.07 against 24.34 GiB; Base's paper config 8.43 against 7.99; the same per-GPU batch
-#   on one H100 the same either way: XLA's schedule around the gradients' all-reduce, not understood); 'false' on
-#   CPUs (on 2 cores no faster) and TPUs. A boolean is taken as 'true' or 'false' (the key's values before
-#   'auto').
+#   where they do (Large's GPU presets): there `large.py:gpu` on 8 H100s compiled 5.7 GiB more a GPU with one
+#   matmul (30.07 against 24.34 GiB; Base's paper config 8.43 against 7.99; the same per-GPU batch on one H100 the
+#   same either way), a cost of XLA's schedule around the gradients' all-reduce that is not understood and whose
+#   time no GPU has measured; 'false' on CPUs (on 2 cores no faster) and TPUs. A boolean is taken as 'true' or
+#   'false' (the key's values before 'auto').
 FUSED_QKV = ('auto', 'true', 'false')
 
 
