@@ -23,8 +23,7 @@ def from_dict(cls: type[T], values: Mapping[str, Any], *, where: str, **derived)
   types = typing.get_type_hints(cls)
   kwargs = dict(derived)
   for name, value in values.items():
-    if name == 'remat' and isinstance(value, bool):  # the key's old values (saved configs, user files)
-      value = REMAT_BOOLS[value]
+    value = current_value(name, value)
     expected = types[name]
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
       value = float(value)
@@ -62,7 +61,17 @@ def compute_dtype(dtype: str, platform: str) -> str:
 #   dimension, i.e. the dense projections but not the [batch, heads, length, length] attention scores (the attention
 #   core is recomputed); 'outputs': only the outputs of the attention-output and FFN-output projections.
 REMATS = ('none', 'full', 'dots', 'dots_no_batch', 'outputs')
-REMAT_BOOLS = {False: 'none', True: 'full', 'false': 'none', 'true': 'full'}  # the key's old values
+# Keys that were booleans once, and what a boolean saved then (config.json, a user's file) means now: remat's
+# true/false became 'full'/'none'; fused_qkv's false, its default, became 'auto'.
+OLD_BOOLEANS = {'remat': {False: 'none', True: 'full'}, 'fused_qkv': {False: 'auto', True: 'true'}}
+
+
+def current_value(name: str, value):
+  """`value` of config key `name` as the key takes it now (`OLD_BOOLEANS`)."""
+  return OLD_BOOLEANS[name][value] if isinstance(value, bool) and name in OLD_BOOLEANS else value
+
+
+REMAT_BOOLS = {**OLD_BOOLEANS['remat'], 'false': 'none', 'true': 'full'}  # and as command-line strings
 
 
 def _recomputes(remat) -> bool:
@@ -124,8 +133,8 @@ def dropout_draw(draw: str, platform: str, remat: str = 'none') -> str:
 #   where they do (Large's GPU presets): there `large.py:gpu` on 8 H100s compiled 5.7 GiB more a GPU with one
 #   matmul (30.07 against 24.34 GiB; Base's paper config 8.43 against 7.99; the same per-GPU batch on one H100 the
 #   same either way), a cost of XLA's schedule around the gradients' all-reduce that is not understood and whose
-#   time no GPU has measured; 'false' on CPUs (on 2 cores no faster) and TPUs. A boolean is taken as 'true' or
-#   'false' (the key's values before 'auto').
+#   time no GPU has measured; 'false' on CPUs (on 2 cores no faster) and TPUs. A saved boolean is the key's value
+#   before 'auto' (`OLD_BOOLEANS`); ModelConfig(fused_qkv=True or False) means 'true' or 'false'.
 FUSED_QKV = ('auto', 'true', 'false')
 
 

@@ -37,8 +37,7 @@ def _check_resume_config(workdir, config_dict: dict):
     old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
     # A key added since the run started (absent from its config.json) is unchanged if it has its default value.
     old.update({k: _DEFAULTS[section][k] for k in set(new) - set(old) if k in _DEFAULTS[section]})
-    if isinstance(old.get('fused_qkv'), bool):  # its values before 'auto': false was the default
-      old['fused_qkv'] = 'true' if old['fused_qkv'] else 'auto'
+    old = {k: config_lib.current_value(k, v) for k, v in old.items()}  # a key's values before its type changed
     if old != new:
       changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
       raise config_lib.ConfigError(

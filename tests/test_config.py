@@ -255,7 +255,7 @@ def test_auto_dropout_draw_is_bits16_on_cpu_and_rbg_on_gpu():
     ('auto', 'gpu', 'none', True), ('auto', 'cpu', 'none', False), ('auto', 'tpu', 'none', False),
     ('auto', 'gpu', 'full', False), ('auto', 'gpu', 'dots', False), ('auto', 'gpu', False, True),
     ('false', 'gpu', 'none', False), ('true', 'cpu', 'none', True), ('True', 'gpu', 'full', True),
-    (True, 'cpu', 'none', True), (False, 'gpu', 'none', False),  # the key's values before 'auto'
+    (True, 'cpu', 'none', True), (False, 'gpu', 'none', False),  # given in Python: true or false
 ])
 def test_fused_qkv_auto_is_true_on_gpus_without_remat(given, platform, remat, fused):
   """model.fused_qkv: 'auto' (the default) is one matmul for the query, key and value projections on a GPU whose
@@ -265,6 +265,15 @@ def test_fused_qkv_auto_is_true_on_gpus_without_remat(given, platform, remat, fu
   if platform == 'cpu':  # what the tests' backend makes of it on construction
     assert config_lib.ModelConfig(fused_qkv=given, remat=remat).fused_qkv is fused
     assert config_lib.load(_values(model__fused_qkv=given, model__remat=remat), vocab_size=100).model.fused_qkv is fused
+
+
+def test_a_saved_boolean_is_what_the_key_meant_then():
+  """config.json files and user configs from before a key stopped being a boolean: remat's true/false are 'full' and
+  'none', fused_qkv's false (its default then) is 'auto'; other keys and current values pass as they are."""
+  assert [config_lib.current_value('remat', v) for v in (True, False, 'dots')] == ['full', 'none', 'dots']
+  assert [config_lib.current_value('fused_qkv', v) for v in (False, True, 'false')] == ['auto', 'true', 'false']
+  assert config_lib.current_value('scan_layers', False) is False
+  assert config_lib.load(_values(model__remat=True), vocab_size=100).model.remat == 'full'
 
 
 def test_fused_qkv_refuses_other_values():

@@ -184,16 +184,20 @@ def test_a_run_from_before_the_held_out_keys_resumes(tmp_path, corpus_file, cach
     trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
 
 
-@pytest.mark.parametrize('saved, resumes', [(False, True), (True, False), ('false', False), ('auto', True)])
-def test_a_run_from_before_fused_qkv_auto_resumes(tmp_path, saved, resumes):
-  """model.fused_qkv was a boolean, false by default, before 'auto': a run that saved false resumes under the new
-  default ('auto'), one that saved true or asked for 'false' does not."""
+@pytest.mark.parametrize('key, saved, resumes', [
+    ('fused_qkv', False, True), ('fused_qkv', True, False), ('fused_qkv', 'false', False), ('fused_qkv', 'auto', True),
+    ('remat', False, True), ('remat', True, False),
+])
+def test_a_run_that_saved_a_key_s_old_boolean_resumes(tmp_path, key, saved, resumes):
+  """model.fused_qkv was a boolean, false by default, before 'auto', and model.remat one before its policies: a run
+  that saved false resumes under today's defaults ('auto', 'none'); one that saved true or asked for 'false' does
+  not."""
   values = default.get_config().to_dict()
   old = json.loads(json.dumps(values))
-  old['model']['fused_qkv'] = saved
+  old['model'][key] = saved
   (tmp_path / 'config.json').write_text(json.dumps(old))
   if resumes:
     trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
   else:
-    with pytest.raises(config_lib.ConfigError, match=r'different model settings \(model.fused_qkv\)'):
+    with pytest.raises(config_lib.ConfigError, match=rf'different model settings \(model.{key}\)'):
       trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
