@@ -62,7 +62,8 @@ _COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run 
                                   '--compile_cache: fill that cache for a later run, as the GPU check does for its '
                                   'levers).')
 
-PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
+# Dense bf16 peaks of devices electra_jax.gpu_targets does not describe (its GPUs' come from there).
+PEAK_TFLOPS = {'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
 
 
 def _per_second(fn, x, work: float) -> float:
@@ -75,13 +76,15 @@ def _per_second(fn, x, work: float) -> float:
 
 
 def peak_flops_per_device(dtype: str) -> float:
-  """PEAK_TFLOPS for this device (halved for float32), or on a CPU what XLA reaches on a large float32 matmul."""
+  """This device's dense bf16 peak (gpu_targets' for its GPUs, else PEAK_TFLOPS), halved for float32, or on a
+  CPU what XLA reaches on a large float32 matmul."""
   if _PEAK.value:
     return _PEAK.value * 1e12
-  kind = jax.devices()[0].device_kind.lower()
-  for name, tflops in PEAK_TFLOPS.items():
-    if name.lower() in kind:
-      return tflops * 1e12 * (1.0 if dtype == 'bfloat16' else 0.5)
+  kind = jax.devices()[0].device_kind
+  gpu = gpu_targets.named(kind)
+  peak = gpu.peak_flops if gpu else next((t * 1e12 for n, t in PEAK_TFLOPS.items() if n.lower() in kind.lower()), 0)
+  if peak:
+    return peak * (1.0 if dtype == 'bfloat16' else 0.5)
   return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)
 
 
