@@ -6,6 +6,7 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -72,11 +73,14 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   """
   started = time.time()
   c, run, tokenizer, workdir, config_dict = _prepare(config, workdir)
+  # The train step's compile, in a thread while the examples are packed (a new run) and the state is made; a run
+  # with checkpoints starts it once they say steps are left (a finished run needs none).
+  compile_step = functools.partial(scaffold.compile_in_thread, 'the train step', run.compile)
+  compiled = None if (workdir / 'checkpoints').is_dir() else compile_step()
   batches = _batches(c, tokenizer)
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
-  compiled = None  # the train step's compile, in a thread while the state is made (a finished run needs none)
-  if (checkpointer.latest_step() or 0) < c.train_steps:
-    compiled = scaffold.compile_in_thread('the train step', run.compile)
+  if compiled is None and (checkpointer.latest_step() or 0) < c.train_steps:
+    compiled = compile_step()
   state = _initial_state(c, run, checkpointer, batches, tokenizer)
   step = start = int(state.step)
   if start >= c.train_steps:
@@ -164,14 +168,19 @@ def _batches(c: config_lib.TrainConfig, tokenizer) -> data.BatchIterator:
 
 def precompile(config, workdir: str):
   """Starts compiling the train and evaluation steps of the run `config` in `workdir` as `train` compiles them, in
-  threads, and returns a function that waits for them and returns the lines saying so. Nothing is trained or
-  written to `workdir`. The train step stays compiled in this process (`train_step.cached`), the evaluation step in
-  JAX's compile cache: a later `train` of the same config in this process does not compile its train step. Runs
-  prepared one after another and compiled at once (experiments.compare) share the host's cores."""
+  threads, and returns a function that packs the run's training examples into the data cache meanwhile (where
+  `train` then finds them), waits for the compiles and returns the lines saying so. Nothing is trained or written
+  to `workdir`. The train step stays compiled in this process (`train_step.cached`), the evaluation step in JAX's
+  compile cache: a later `train` of the same config in this process does not compile its train step. Runs prepared
+  one after another and compiled at once (experiments.compare) share the host's cores."""
   c, run, tokenizer, _, _ = _prepare(config, workdir)
   train = scaffold.compile_in_thread('the train step', run.compile)
   evaluator = _evaluator(c, run, tokenizer)
-  return lambda: [train.result()[1], *evaluator.compiled()]
+
+  def wait() -> list[str]:
+    _batches(c, tokenizer)
+    return [train.result()[1], *evaluator.compiled()]
+  return wait
 
 
 def _evaluator(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, timer=None) -> evaluation.Evaluator:

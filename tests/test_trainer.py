@@ -156,15 +156,45 @@ def test_resume_keeps_the_runs_own_tokenizer(tmp_path, corpus_file):
   assert (workdir / 'tokenizer.model').read_bytes() == saved
 
 
+def test_a_new_run_compiles_its_train_step_while_its_examples_are_packed(tmp_path, corpus_file, cache_dir,
+                                                                         monkeypatch):
+  """A new run starts its train step's compile before it packs its examples (packing a large corpus then takes no
+  time of its own); a run with checkpoints packs first and starts the compile once they say steps are left."""
+  calls = []
+
+  class Packed(Exception):
+    pass
+
+  def batches(*_):
+    calls.append('examples')
+    raise Packed
+  monkeypatch.setattr(trainer.scaffold, 'compile_in_thread', lambda what, _: calls.append(what))
+  monkeypatch.setattr(trainer, '_batches', batches)
+  config = tiny_config(corpus_file, cache_dir)
+  with pytest.raises(Packed):
+    trainer.train(config, tmp_path / 'new')
+  assert calls == ['the train step', 'examples']
+  calls.clear()
+  (tmp_path / 'resumed' / 'checkpoints').mkdir(parents=True)
+  with pytest.raises(Packed):
+    trainer.train(config, tmp_path / 'resumed')
+  assert calls == ['examples']
+
+
 def test_precompile_writes_nothing_and_the_run_then_compiles_no_train_step(tmp_path, corpus_file, cache_dir,
                                                                            monkeypatch):
-  """trainer.precompile (what experiments.compare runs for every run at once) compiles a run's train step without
-  writing to its workdir; the run's `train` in the same process then compiles none."""
-  config = tiny_config(corpus_file, cache_dir, train_steps=2, checkpoint_every=2, **{'optimizer.learning_rate': 2e-3})
+  """trainer.precompile (what experiments.compare runs for every run at once) compiles a run's train step and packs
+  its examples without writing to its workdir; the run's `train` in the same process then compiles and packs
+  none."""
+  del cache_dir  # a data cache of its own: the examples are packed here, by precompile
+  cache = tmp_path / 'cache'
+  config = tiny_config(corpus_file, str(cache), train_steps=2, checkpoint_every=2, **{'optimizer.learning_rate': 2e-3})
   lines = trainer.precompile(config, tmp_path / 'run')()
   assert len(lines) == 1 and lines[0].startswith('compiled the train step in ')  # no evaluation: eval_every=0
   assert not (tmp_path / 'run').exists()
+  assert len(list(cache.glob('packed-*.npz'))) == 1  # the training examples, packed while the step compiled
   monkeypatch.setattr(train_step.Pretraining, 'lower', lambda *_: pytest.fail('the train step compiled again'))
+  monkeypatch.setattr(data.build_lib, 'pack_in_memory', lambda *_, **__: pytest.fail('the examples packed again'))
   trainer.train(config, tmp_path / 'run')
   assert [m['step'] for m in read_metrics(tmp_path / 'run')] == [1, 2]
 

@@ -258,7 +258,8 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
   of every such run (`trainer.precompile`) and of every task's fine-tuning (`finetune.precompile`, from the
   from-scratch config: every initialisation of the same model runs the same programs): one XLA compile keeps few
   of a GPU host's cores busy, and these compiles would otherwise come one after another. Each is prepared in turn
-  (the first run trains the shared tokenizer and packs the corpus; the rest find them cached)."""
+  (the first run trains the shared tokenizer, the rest find it cached); the corpus is packed while they compile
+  (the first run's wait)."""
   pending = [p for p in plans if not pretrained(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))]
   if not pending:
     return
