@@ -158,11 +158,15 @@ def _prepare(config, workdir):
   return c, run, tokenizer, workdir, config_dict
 
 
+def _examples(c: config_lib.TrainConfig, tokenizer):
+  """The run's training examples for this process (packed once, then read from the data cache)."""
+  return data.load_examples(c.data, tokenizer, seed=c.seed, process_index=jax.process_index(),
+                            process_count=jax.process_count())
+
+
 def _batches(c: config_lib.TrainConfig, tokenizer) -> data.BatchIterator:
   """This process's batches of the run's training examples."""
-  examples = data.load_examples(c.data, tokenizer, seed=c.seed, process_index=jax.process_index(),
-                                process_count=jax.process_count())
-  return data.BatchIterator(examples, tokenizer.special, batch_size=c.batch_size, seed=c.seed,
+  return data.BatchIterator(_examples(c, tokenizer), tokenizer.special, batch_size=c.batch_size, seed=c.seed,
                             process_index=jax.process_index(), process_count=jax.process_count())
 
 
@@ -178,7 +182,7 @@ def precompile(config, workdir: str):
   evaluator = _evaluator(c, run, tokenizer)
 
   def wait() -> list[str]:
-    _batches(c, tokenizer)
+    _examples(c, tokenizer)  # packed into the data cache, where `train` finds them
     return [train.result()[1], *evaluator.compiled()]
   return wait
 
