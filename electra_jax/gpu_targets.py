@@ -5,8 +5,8 @@ XLA:GPU learns the device from a `GpuTargetConfigProto` (xla/stream_executor/dev
 form: its `gpu_device_info` (SM count, shared memory, registers, HBM size, compute capability, clocks) plus the
 cuDNN and CUDA versions, which are read from the installed NVIDIA wheels. The device-info figures below are
 those of XLA's own target specs (xla/backends/gpu/target_config/specs/{h100_sxm,a100_sxm_80}.txtpb), trimmed
-to the fields this jaxlib knows. Compiling needs the CUDA plugin and NVIDIA's compiler wheels, not a GPU or a
-driver: `pip install "jax[cuda12]==<the jax version>"`.
+to the fields this jaxlib knows. Compiling needs a CUDA plugin and NVIDIA's compiler wheels, not a GPU or a
+driver: `pip install "jax[cuda12]==<the jax version>"` (or `jax[cuda13]`, which jax 0.11 and later also ship).
 """
 
 import dataclasses
@@ -81,15 +81,28 @@ def memory_fraction() -> float:
   return float(os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION', 0.75))
 
 
+# The CUDA plugins jax ships (module names) with the wheels of NVIDIA's cuDNN and CUDA runtime each brings.
+PLUGINS = {
+    'jax_cuda12_plugin': ('nvidia-cudnn-cu12', 'nvidia-cuda-runtime-cu12'),
+    'jax_cuda13_plugin': ('nvidia-cudnn-cu13', 'nvidia-cuda-runtime'),
+}
+
+
+def plugin() -> str | None:
+  """The installed CUDA plugin (a module name of PLUGINS), if any."""
+  return next((name for name in PLUGINS if importlib.util.find_spec(name) is not None), None)
+
+
 def _version(package: str) -> tuple[int, int, int]:
   return tuple((list(map(int, re.findall(r'\d+', importlib.metadata.version(package))[:3])) + [0, 0])[:3])
 
 
-def target_config(gpu: Gpu) -> str:
-  """The GpuTargetConfigProto text for `gpu`, with the cuDNN and CUDA runtime versions of the installed wheels
-  (XLA chooses cuDNN's fused attention and its fusions by the cuDNN version)."""
-  dnn = _version('nvidia-cudnn-cu12')
-  runtime = '.'.join(map(str, _version('nvidia-cuda-runtime-cu12')))
+def target_config(gpu: Gpu, cuda_plugin: str = 'jax_cuda12_plugin') -> str:
+  """The GpuTargetConfigProto text for `gpu`, with the cuDNN and CUDA runtime versions of the wheels that
+  `cuda_plugin` brings (XLA chooses cuDNN's fused attention and its fusions by the cuDNN version)."""
+  cudnn, cuda_runtime = PLUGINS[cuda_plugin]
+  dnn = _version(cudnn)
+  runtime = '.'.join(map(str, _version(cuda_runtime)))
   return (f'gpu_device_info {{{gpu.device_info}\n  runtime_version: "{runtime}" }}\n'
           f'platform_name: "CUDA"\ndnn_version_info {{ major: {dnn[0]} minor: {dnn[1]} patch: {dnn[2]} }}\n'
           f'device_description_str: "{gpu.description}"\n')
@@ -98,12 +111,13 @@ def target_config(gpu: Gpu) -> str:
 def devices(topology: str) -> list:
   """The devices of `topology` (nodes x GPUs), described for compilation only."""
   gpu, nodes, per_node = parse(topology)
-  if importlib.util.find_spec('jax_cuda12_plugin') is None:
+  cuda_plugin = plugin()
+  if cuda_plugin is None:
     raise ConfigError('the CUDA plugin is not installed: pip install "jax[cuda12]==<your jax version>" (about '
                       '3 GiB of NVIDIA wheels; no GPU needed)')
   from jax.experimental import topologies  # noqa: PLC0415
   try:
-    topo = topologies.get_topology_desc(platform='cuda', target_config=target_config(gpu),
+    topo = topologies.get_topology_desc(platform='cuda', target_config=target_config(gpu, cuda_plugin),
                                         topology=f'1x{nodes}x{per_node}')
   except Exception as e:  # pylint: disable=broad-except  (JaxRuntimeError)
     raise ConfigError(f'XLA:GPU cannot describe --topology={topology!r}: {str(e).splitlines()[0]}') from e

@@ -4,7 +4,6 @@ The compile test skips without `jax[cuda12]` (about 3 GiB of NVIDIA wheels, not 
 fit on GPUs?").
 """
 
-import importlib.util
 
 import pytest
 
@@ -33,14 +32,17 @@ def test_bad_gpu_topology_is_refused_in_one_line(topology):
 
 
 def test_target_config_takes_the_installed_cudnn_and_cuda_versions(monkeypatch):
-  versions = {'nvidia-cudnn-cu12': '9.8.0.87', 'nvidia-cuda-runtime-cu12': '12.9.79'}
+  versions = {'nvidia-cudnn-cu12': '9.8.0.87', 'nvidia-cuda-runtime-cu12': '12.9.79',
+              'nvidia-cudnn-cu13': '9.20.0.48', 'nvidia-cuda-runtime': '13.0.96'}  # jax[cuda12]'s, jax[cuda13]'s
   monkeypatch.setattr(gpu_targets.importlib.metadata, 'version', versions.__getitem__)
   text = gpu_targets.target_config(gpu_targets.GPUS['h100'])
   assert 'dnn_version_info { major: 9 minor: 8 patch: 0 }' in text and 'runtime_version: "12.9.79"' in text
   assert 'core_count: 132' in text and 'cuda_compute_capability { major: 9 minor: 0 }' in text
+  text = gpu_targets.target_config(gpu_targets.GPUS['h100'], 'jax_cuda13_plugin')
+  assert 'dnn_version_info { major: 9 minor: 20 patch: 0 }' in text and 'runtime_version: "13.0.96"' in text
 
 
-@pytest.mark.skipif(importlib.util.find_spec('jax_cuda12_plugin') is not None, reason='the CUDA plugin is installed')
+@pytest.mark.skipif(gpu_targets.plugin() is not None, reason='a CUDA plugin is installed')
 def test_without_the_cuda_plugin_the_report_says_what_to_install():
   with pytest.raises(ConfigError, match=r'pip install "jax\[cuda12\]'):
     aot.topology_devices('h100:8')
@@ -51,8 +53,8 @@ def test_without_the_cuda_plugin_the_report_says_what_to_install():
 H, F, V, L, B = 256, 1024, 1024, 128, 16
 
 
-@pytest.mark.skipif(importlib.util.find_spec('jax_cuda12_plugin') is None,
-                    reason='needs the CUDA plugin (pip install "jax[cuda12]==0.10.2", ~5 GB); not in CI')
+@pytest.mark.skipif(gpu_targets.plugin() is None,
+                    reason='needs a CUDA plugin (pip install "jax[cuda12]==0.10.2", ~5 GB); not in CI')
 def test_compiles_for_two_h100s_with_the_state_and_batch_counted_by_hand():
   """Data-parallel on `h100:2`: each GPU holds the whole state and 8 rows. Unlike a TPU, XLA:GPU pads nothing.
 
