@@ -69,6 +69,7 @@ THREE_QKV = ['--config.model.fused_qkv=false']
 ONE_ARRAY_EACH = ['--config.optimizer.flat_params=false']  # GPUs' default: a few vectors (optimizer.FlatParams)
 STEPS_PER_CALL = 5  # configs/small.py's steps_per_call (the loop stage's second run)
 ONE_STEP = ['--config.steps_per_call=1']  # configs/small.py runs STEPS_PER_CALL
+FUSION_AUTOTUNER_OFF = '--xla_gpu_experimental_enable_fusion_autotuner=false'  # GEMMs are autotuned still
 ONE_GRAPH = {'XLA_FLAGS': LOOPS_IN_GRAPHS, 'JAX_THREEFRY_GPU_KERNEL_LOWERING': 'false'}  # no custom call ends a graph
 LEVERS = {  # most informative first (a run out of budget measures the first ones); all compile at once
     # The `small` stage's step again, compiled beside the others as they are (see levers()), and the PyTorch step
@@ -114,12 +115,16 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: dropout_draw=rbg': ({}, MASK_EACH),
     # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
+    # jax 0.11's XLA also autotunes each fusion that reduces or transposes between its two emitters (XLA's own and
+    # Triton's block-level one), each compiled as a module of its own: for an H200 without a GPU, Small's and Base's
+    # steps compile 2.5-3x as long with it as without, to the same kernels (BENCHMARKS.md; jax 0.10's XLA has none).
+    'fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
+    'Base: fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
     # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
-    # kernel to cast it first, ~220 per step); no split-K weight gradients (a GEMM and a reduction each); bias
-    # epilogues in cuBLASLt GEMMs; sibling fusions of one shape (the optimizer's ~400 updates); reductions and
-    # their elementwise neighbours (LayerNorm, bias gradients) fused by Triton.
+    # kernel to cast it first, ~220 per step); bias epilogues in cuBLASLt GEMMs; sibling fusions of one shape (the
+    # optimizer's ~400 updates); reductions and their elementwise neighbours (LayerNorm, bias gradients) fused by
+    # Triton.
     'cuBLAS fallback off': ({'XLA_FLAGS': '--xla_gpu_cublas_fallback=false'}, []),
-    'split-K autotuning off': ({'XLA_FLAGS': '--xla_gpu_enable_split_k_autotuning=false'}, []),
     'cuBLASLt': ({'XLA_FLAGS': '--xla_gpu_enable_cublaslt=true'}, []),
     # GEMM fusions that cuDNN may take (XLA's autotuner weighs its kernels beside Triton's and cuBLAS's; level 3:
     # with their fused operations). A compile for an H100 without a GPU cannot autotune: the same kernels either way.
@@ -156,24 +161,22 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     'Base: attention=einsum (attention dropout)': ({}, EINSUM),
 }
 # Levers of the compile alone (stage `compile`; name: (environment, extra flags); `{out}` in XLA_FLAGS is the check's
-# directory), most informative first: the GEMM autotuning results of the first compile (XLA's defaults, which writes
-# them) read back, so that XLA autotunes nothing: what results shipped for a GPU model would save a cold start; the
-# query, key and value projections as three GEMMs and a dropout mask drawn at a time (the GPU defaults before
-# 2026-11-28; a compile for an H100 without a GPU: 34.7 s against 23.0 s); no GEMM autotuning (the GPU's compile of
-# Small's step, 58-74 s, against 25-31 s for an H100 on a 2-core CPU, which cannot autotune); GEMM autotuning without
-# its buffer initialisation and its check of each candidate against a reference (level 1 of XLA's 4, the default);
-# LLVM's code generation split over the host's cores (one module by default: 4% less time with 2 cores without a GPU);
-# one layer's body compiled for all (a third of the compile, but more kernels a step: docs/gpu.md).
+# directory), most informative first: XLA's defaults (which write their autotuning results); without jax 0.11's
+# autotuning of fusion emitters (the lever `fusion autotuner off` above); the autotuning results of the first compile
+# read back, so that XLA autotunes nothing: what results shipped for a GPU model would save a cold start; the query, key
+# and value projections as three GEMMs and a dropout mask drawn at a time (the GPU defaults before 2026-11-28; a compile
+# for an H100 without a GPU, jax 0.10: 34.7 s against 23.0 s); no autotuning at all (`--xla_gpu_autotune_level=0`);
+# autotuning without its buffer initialisation and its check of each candidate against a reference (level 1 of XLA's 4,
+# the default); one layer's body compiled for all (a third of the compile, but more kernels a step: docs/gpu.md).
 AUTOTUNE_RESULTS = '{out}/autotune_results.textproto'
 COMPILE_LEVERS = {
     'XLA defaults': ({'XLA_FLAGS': f'--xla_gpu_dump_autotune_results_to={AUTOTUNE_RESULTS}'}, []),
+    'fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
     'autotune results of the first compile': (
         {'XLA_FLAGS': f'--xla_gpu_load_autotune_results_from={AUTOTUNE_RESULTS}'}, []),
     'fused_qkv off, dropout_draw=rbg': ({}, [*THREE_QKV, *MASK_EACH]),
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
     'autotune level 1': ({'XLA_FLAGS': '--xla_gpu_autotune_level=1'}, []),
-    'parallel LLVM compile': ({'XLA_FLAGS': '--xla_gpu_enable_llvm_module_compilation_parallelism=true '
-                                            '--xla_gpu_force_compilation_parallelism=16'}, []),
     'scan_layers': ({}, SCAN),
 }
 PROFILED = ('command buffers off', 'Base: command buffers off')  # levers also profiled: each kernel's time

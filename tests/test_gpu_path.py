@@ -73,9 +73,9 @@ def test_gpu_check_tiny_runs_every_stage(tmp_path):
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   rows = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
   profiled = 'command buffers off'  # gpu_check.PROFILED[0]
-  compiles = ['compile: XLA defaults', 'compile: autotune results of the first compile',
-              'compile: fused_qkv off, dropout_draw=rbg', 'compile: autotune off',
-              'compile: autotune level 1', 'compile: parallel LLVM compile', 'compile: scan_layers']
+  compiles = ['compile: XLA defaults', 'compile: fusion autotuner off',
+              'compile: autotune results of the first compile', 'compile: fused_qkv off, dropout_draw=rbg',
+              'compile: autotune off', 'compile: autotune level 1', 'compile: scan_layers']
   assert [r['stage'] for r in rows] == ['versions', 'small', 'quickstart', 'resume', 'loop', 'loop, 1 step a call',
                                         *compiles, 'base',
                                         'lever compiles', f'lever: {profiled}', 'lever: prng=rbg',
