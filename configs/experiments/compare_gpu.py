@@ -43,13 +43,16 @@ compiled at once before electra trains (`precompile`), the corpus packed meanwhi
 runs' train and evaluation steps and the 5 fine-tuning steps (3 train steps: a task's step count is part of its program;
 2 evaluation steps: the classification tasks share theirs), ~1.5-2 min where one after another they take ~5 (alone, the
 quickstart's train and evaluation steps took 74 and 13 s on the H200, 2026-11-28, from empty caches; 6 train steps at
-once took 94-100 s each on its 16-core host); per run the initialiser (~6 s) and 18 evaluations of 8 forward passes
-(~0.5% of the run); fine-tuning: 27 seed runs (3 initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps
-of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and
-evaluate). The compiles and fine-tuning come to about 3-4 minutes, so 1e16 may just not fit one 9-minute command: run it
-then with a time limit (`timeout -s TERM`), which stops it as a preemption would, and again to continue
-(docs/experiments.md). The budget is the one override: `--config.flops_budgets=3e16` (3 x the steps), or two budgets
-(`=3e15,1e16`: still one run each, a checkpoint and 18 more fine-tunings at 3e15).
+once took 94-100 s each on its 16-core host; compiled for an H200 without a GPU, jax 0.11.2's XLA takes 2.5-3x as long
+as 0.10.2's for today's program, most of it in its fusion autotuner: BENCHMARKS.md, "How long XLA:GPU compiles the
+step"; if a GPU pays the same, `XLA_FLAGS=--xla_gpu_experimental_enable_fusion_autotuner=false` saves it); per run the
+initialiser (~6 s) and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 27 seed runs (3
+initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs
+in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and evaluate). The compiles and fine-tuning come to
+about 3-4 minutes, so 1e16 may just not fit one 9-minute command: run it then with a time limit (`timeout -s TERM`),
+which stops it as a preemption would, and again to continue (docs/experiments.md). The budget is the one override:
+`--config.flops_budgets=3e16` (3 x the steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and 18
+more fine-tunings at 3e15).
 
 `--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
 32-token sequences, 64 pieces, a budget of 160 electra and 245 mlm steps): what tests/test_compare.py runs end to
