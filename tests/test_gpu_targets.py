@@ -1,9 +1,8 @@
 """GPU targets of electra_jax.aot (`--topology=h100:2x8`): parsing needs nothing; compiling needs the CUDA plugin.
 
-The compile test skips without `jax[cuda12]` (about 3 GiB of NVIDIA wheels, not in CI: BENCHMARKS.md, "Does it
-fit on GPUs?").
+The compile test skips without a CUDA plugin (`jax[cuda12]` or `jax[cuda13]`: about 3 GiB of NVIDIA wheels, not in
+CI: BENCHMARKS.md, "Does it fit on GPUs?").
 """
-
 
 import pytest
 
