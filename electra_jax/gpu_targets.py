@@ -97,7 +97,7 @@ def _version(package: str) -> tuple[int, int, int]:
   return tuple((list(map(int, re.findall(r'\d+', importlib.metadata.version(package))[:3])) + [0, 0])[:3])
 
 
-def target_config(gpu: Gpu, cuda_plugin: str = 'jax_cuda12_plugin') -> str:
+def target_config(gpu: Gpu, cuda_plugin: str) -> str:
   """The GpuTargetConfigProto text for `gpu`, with the cuDNN and CUDA runtime versions of the wheels that
   `cuda_plugin` brings (XLA chooses cuDNN's fused attention and its fusions by the cuDNN version)."""
   cudnn, cuda_runtime = PLUGINS[cuda_plugin]

@@ -34,7 +34,7 @@ def test_target_config_takes_the_installed_cudnn_and_cuda_versions(monkeypatch):
   versions = {'nvidia-cudnn-cu12': '9.8.0.87', 'nvidia-cuda-runtime-cu12': '12.9.79',
               'nvidia-cudnn-cu13': '9.20.0.48', 'nvidia-cuda-runtime': '13.0.96'}  # jax[cuda12]'s, jax[cuda13]'s
   monkeypatch.setattr(gpu_targets.importlib.metadata, 'version', versions.__getitem__)
-  text = gpu_targets.target_config(gpu_targets.GPUS['h100'])
+  text = gpu_targets.target_config(gpu_targets.GPUS['h100'], 'jax_cuda12_plugin')
   assert 'dnn_version_info { major: 9 minor: 8 patch: 0 }' in text and 'runtime_version: "12.9.79"' in text
   assert 'core_count: 132' in text and 'cuda_compute_capability { major: 9 minor: 0 }' in text
   text = gpu_targets.target_config(gpu_targets.GPUS['h100'], 'jax_cuda13_plugin')
