@@ -77,6 +77,11 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     # an encoder's dropout masks in one RngBitGenerator draw, the query, key and value projections as one GEMM
     # (config.for_platform).
     BASELINE: ({}, []),
+    # jax 0.11's XLA also autotunes each fusion that reduces or transposes between its two emitters (XLA's own and
+    # Triton's block-level one), each compiled as a module of its own: for an H200 without a GPU, Small's and Base's
+    # steps compile 2.5-3x as long with it as without, to the same kernels (BENCHMARKS.md; jax 0.10's XLA has none).
+    # Its compile alone: the compile stage's lever of the same name.
+    'fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
     # The GPU defaults before 2026-11-28, chosen from a compile for an H100 without a GPU (not yet measured on
     # one): the query, key and value projections as three GEMMs (model.fused_qkv) and a dropout mask drawn at a
     # time (model.dropout_draw), Small's step 1,336 -> 1,628 kernels; each alone.
@@ -109,17 +114,13 @@ LEVERS = {  # most informative first (a run out of budget measures the first one
     '5 steps a call in one CUDA graph': (ONE_GRAPH, []),
     # `Base` levers time ELECTRA-Base at batch 32 x 512 (lever_shape): its MFU is issue 44's third goal.
     'Base: none': ({}, []),
+    'Base: fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
     'Base: flat params off': ({}, ONE_ARRAY_EACH),
     'Base: command buffers off': ({'XLA_FLAGS': NO_GRAPHS}, []),
     'Base: fused_qkv off, dropout_draw=rbg': ({}, [*THREE_QKV, *MASK_EACH]),  # no GPU: 1,330 -> 1,653 kernels
     'Base: dropout_draw=rbg': ({}, MASK_EACH),
     # XLA:GPU's compile: autotuning GEMMs (Triton and cuBLAS candidates, each compiled and run) is much of it.
     'autotune off': ({'XLA_FLAGS': '--xla_gpu_autotune_level=0'}, []),
-    # jax 0.11's XLA also autotunes each fusion that reduces or transposes between its two emitters (XLA's own and
-    # Triton's block-level one), each compiled as a module of its own: for an H200 without a GPU, Small's and Base's
-    # steps compile 2.5-3x as long with it as without, to the same kernels (BENCHMARKS.md; jax 0.10's XLA has none).
-    'fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
-    'Base: fusion autotuner off': ({'XLA_FLAGS': FUSION_AUTOTUNER_OFF}, []),
     # Fewer kernels: Triton GEMMs only (a Triton GEMM can read the float32 weight and cast it; a cuBLAS one needs a
     # kernel to cast it first, ~220 per step); bias epilogues in cuBLASLt GEMMs; sibling fusions of one shape (the
     # optimizer's ~400 updates); reductions and their elementwise neighbours (LayerNorm, bias gradients) fused by
