@@ -26,6 +26,12 @@ from electra_jax.errors import CheckpointError
 CHECKSUMS = 'electra_checksums.json'  # in each step directory: {file: [size, sha256]}
 # Where unreadable checkpoints are moved (WORKDIR/UNREADABLE/<step>): out of orbax's sight, never deleted.
 UNREADABLE = 'unreadable_checkpoints'
+DIRECTORY = 'checkpoints'  # WORKDIR/DIRECTORY/<step>
+
+
+def started(workdir) -> bool:
+  """Whether a run started in `workdir`: it has the checkpoints/ directory a Checkpointer makes (maybe empty)."""
+  return (fileio.path(workdir) / DIRECTORY).is_dir()
 
 
 class Checkpointer:
@@ -41,7 +47,7 @@ class Checkpointer:
 
   def __init__(self, workdir, keep: int = 3, preserve: tuple[int, ...] = ()):
     self.workdir = fileio.path(workdir)
-    self.directory = self.workdir / 'checkpoints'
+    self.directory = self.workdir / DIRECTORY
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
     self.manager = _Manager(

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax import config as config_lib
-from electra_jax import config_files, fileio, objective
+from electra_jax import checkpoint, config_files, objective
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.errors import CheckpointError
 from electra_jax.model import Electra, unstack_layers
@@ -34,7 +34,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
   `model.apply({'params': params}, ...)`.
   """
   config = config_files.load_config(workdir)
-  if not (fileio.path(workdir) / 'checkpoints').is_dir():
+  if not checkpoint.started(workdir):
     raise CheckpointError(f'{workdir} has no checkpoints/ directory: nothing to load')
   checkpointer = Checkpointer(workdir)
   try:

@@ -15,7 +15,7 @@ import time
 import jax
 
 from electra_jax import config as config_lib
-from electra_jax import (continued, data, evaluation, fileio, metrics as metrics_lib, objective, preemption,
+from electra_jax import (checkpoint, continued, data, evaluation, fileio, metrics as metrics_lib, objective, preemption,
                          profiling, report, scaffold, sharding, train_step)
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -50,7 +50,7 @@ def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenize
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
   trained again from the source may differ (another version of its trainer)."""
-  if not (workdir / 'checkpoints').is_dir():
+  if not checkpoint.started(workdir):
     return data.load_tokenizer(data_config)
   try:
     saved = tokenizer_lib.load(workdir, data_config.lowercase)
@@ -76,7 +76,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   # The train step's compile, in a thread while the examples are packed (a new run) and the state is made; a run
   # with checkpoints starts it once they say steps are left (a finished run needs none).
   compile_step = functools.partial(scaffold.compile_in_thread, 'the train step', run.compile)
-  compiled = None if (workdir / 'checkpoints').is_dir() else compile_step()
+  compiled = None if checkpoint.started(workdir) else compile_step()
   batches = _batches(c, tokenizer)
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
   if compiled is None and (checkpointer.latest_step() or 0) < c.train_steps:
@@ -153,7 +153,7 @@ def _prepare(config, workdir):
                                  f'{tokenizer.vocab_size} tokens; set model.vocab_size=0 to take it from the tokenizer')
   run = train_step.cached(c, tokenizer.special, sharding.make_mesh(c.mesh))
   run.check_batch()  # before anything is written; the compile and the step do not check again
-  if (workdir / 'checkpoints').is_dir():
+  if checkpoint.started(workdir):
     _check_resume_config(workdir, config_dict)
   return c, run, tokenizer, workdir, config_dict
 

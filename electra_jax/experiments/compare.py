@@ -50,7 +50,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from electra_jax import cli, compile_cache, data, fileio, finetune, frozen, objective, trainer
+from electra_jax import checkpoint, cli, compile_cache, data, fileio, finetune, frozen, objective, trainer
 from electra_jax import metrics as metrics_lib
 from electra_jax import config as config_lib
 from electra_jax.checkpoint import Checkpointer
@@ -272,7 +272,7 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
 
 
 def _saved_steps(workdir: str) -> set[int]:
-  if not (fileio.path(workdir) / 'checkpoints').is_dir():
+  if not checkpoint.started(workdir):
     return set()
   checkpointer = Checkpointer(workdir)
   steps = set(checkpointer.all_steps())

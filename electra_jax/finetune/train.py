@@ -26,7 +26,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from electra_jax import data, fileio, pretrained, scaffold, sharding
+from electra_jax import checkpoint, data, fileio, pretrained, scaffold, sharding
 from electra_jax import metrics as metrics_lib
 from electra_jax import report as run_report
 from electra_jax.checkpoint import Checkpointer
@@ -366,7 +366,7 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
   """Refuses a WORKDIR that holds a pre-training run, another task's fine-tuning run, or this task's run with
   other settings (the finished seeds there would not be this command's)."""
   workdir = fileio.path(workdir)
-  if (workdir / 'config.json').exists() or (workdir / 'checkpoints').is_dir():
+  if (workdir / 'config.json').exists() or checkpoint.started(workdir):
     raise ConfigError(f'{workdir} holds a pre-training run (config.json, checkpoints/); fine-tuning would write over '
                       'its tokenizer. Give another --workdir (that one is --config.init_checkpoint)')
   if not (workdir / 'finetune.json').exists():
