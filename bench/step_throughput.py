@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from electra_jax import compile_cache, config as config_lib, flops, gpu_targets, kernels, report, sharding
+from electra_jax import compile_cache, config as config_lib, flops, gpu_targets, kernels, report, sharding, tpu_targets
 from electra_jax.train_step import Pretraining
 import synthetic
 
@@ -62,8 +62,8 @@ _COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run 
                                   '--compile_cache: fill that cache for a later run, as the GPU check does for its '
                                   'levers).')
 
-# Dense bf16 peaks of devices electra_jax.gpu_targets does not describe (its GPUs' come from there).
-PEAK_TFLOPS = {'V100': 125.0, 'TPU v4': 275.0, 'TPU v5': 197.0}
+# Dense bf16 peaks of GPUs electra_jax.gpu_targets does not describe (its GPUs' and tpu_targets' TPUs' come from there).
+PEAK_TFLOPS = {'V100': 125.0}
 
 
 def _per_second(fn, x, work: float) -> float:
@@ -76,13 +76,13 @@ def _per_second(fn, x, work: float) -> float:
 
 
 def peak_flops_per_device(dtype: str) -> float:
-  """This device's dense bf16 peak (gpu_targets' for its GPUs, else PEAK_TFLOPS), halved for float32, or on a
+  """This device's dense bf16 peak (gpu_targets' or tpu_targets', else PEAK_TFLOPS), halved for float32, or on a
   CPU what XLA reaches on a large float32 matmul."""
   if _PEAK.value:
     return _PEAK.value * 1e12
   kind = jax.devices()[0].device_kind
-  gpu = gpu_targets.named(kind)
-  peak = gpu.peak_flops if gpu else next((t * 1e12 for n, t in PEAK_TFLOPS.items() if n.lower() in kind.lower()), 0)
+  known = gpu_targets.named(kind) or tpu_targets.named(kind)
+  peak = known.peak_flops if known else next((t * 1e12 for n, t in PEAK_TFLOPS.items() if n in kind), 0)
   if peak:
     return peak * (1.0 if dtype == 'bfloat16' else 0.5)
   return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)

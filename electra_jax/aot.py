@@ -44,42 +44,25 @@ from jax.experimental import topologies
 import ml_collections
 from ml_collections import config_flags
 
-from electra_jax import cli, config as config_lib, flops, gpu_targets, kernels, objective, sharding
+from electra_jax import cli, config as config_lib, flops, gpu_targets, kernels, objective, sharding, tpu_targets
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
 from electra_jax.masking import TRAINED_TOKENIZER_IDS
+from electra_jax.tpu_targets import GIB
 from electra_jax.train_step import ABSTRACT_KEY, Pretraining
 
-GIB = 2 ** 30
 
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-  """One JAX device of a TPU generation: its HBM and its peak dense bfloat16 FLOP/s (Cloud TPU documentation)."""
-  hbm_bytes: int
-  peak_flops: float
-  megacore: bool = False  # two TensorCores act as one device (get_topology_desc needs to be told)
-
-
-CHIPS = {
-    'v3': Chip(16 * GIB, 123e12 / 2),  # per core: a v3 chip is 2 devices of 16 GiB, 123 TFLOP/s per chip
-    'v4': Chip(32 * GIB, 275e12, megacore=True),
-    'v5e': Chip(16 * GIB, 197e12),
-    'v5p': Chip(95 * GIB, 459e12, megacore=True),
-    'v6e': Chip(32 * GIB, 918e12),
-}
-
-
-def chip(topology: str) -> Chip | gpu_targets.Gpu:
+def chip(topology: str) -> tpu_targets.Chip | gpu_targets.Gpu:
   if gpu := gpu_targets.parse(topology):
     return gpu[0]
   version = topology.split(':')[0]
-  if version not in CHIPS or not re.fullmatch(r'[a-z0-9]+:\d+(x\d+)+', topology):
-    raise ConfigError(f'--topology={topology!r}: expected VERSION:SHAPE with VERSION one of {", ".join(CHIPS)}, '
+  if version not in tpu_targets.CHIPS or not re.fullmatch(r'[a-z0-9]+:\d+(x\d+)+', topology):
+    raise ConfigError(f'--topology={topology!r}: expected VERSION:SHAPE with VERSION one of '
+                      f'{", ".join(tpu_targets.CHIPS)}, '
                       'e.g. v3:4x4 (a v3-32 slice) or v4:2x2x2 (a v4-16), or GPU:N / GPU:NODESxN with GPU one of '
                       f'{", ".join(gpu_targets.GPUS)}, e.g. h100:8 or h100:2x8')
-  return CHIPS[version]
+  return tpu_targets.CHIPS[version]
 
 
 def topology_devices(topology: str) -> list:
@@ -201,13 +184,13 @@ def layer_fit(c: config_lib.TrainConfig, mesh) -> LayerFit | None:
                   at_target(ra.compiled_flops, rb.compiled_flops))
 
 
-def format_fit(fit: LayerFit, r: Report, hw: Chip) -> str:
+def format_fit(fit: LayerFit, r: Report, hw: tpu_targets.Chip) -> str:
   return (f'  layer fit (compiled unrolled at {fit.depths[0]} and {fit.depths[1]} layers, extrapolated linearly): '
           f'{estimate(r, fit.estimated_seconds, hw)}; compiled FLOPs {fit.compiled_flops * r.devices:.3e} (all '
           f'devices), ratio {fit.compiled_flops * r.devices / r.model_flops:.2f} to the model\'s')
 
 
-def estimate(r: Report, seconds: float, hw: Chip) -> str:
+def estimate(r: Report, seconds: float, hw: tpu_targets.Chip) -> str:
   """The compiler's step time `seconds` for the step of `r`, with the tokens/s and MFU it implies."""
   mfu = r.model_flops / (seconds * r.devices * hw.peak_flops)
   return (f'compiler\'s ESTIMATE (not a measurement): {seconds * 1e3:.1f} ms per step, {r.tokens / seconds:,.0f} '
@@ -259,12 +242,12 @@ def advice(c: config_lib.TrainConfig, mesh) -> str:
   return '; '.join(steps) or 'a bigger slice (more devices for the same batch)'
 
 
-def usable_bytes(hw: Chip | gpu_targets.Gpu) -> float:
+def usable_bytes(hw: tpu_targets.Chip | gpu_targets.Gpu) -> float:
   """What a step may use: a TPU's HBM, or on a GPU the share of it JAX's allocator preallocates."""
   return hw.hbm_bytes * (gpu_targets.memory_fraction() if isinstance(hw, gpu_targets.Gpu) else 1.0)
 
 
-def format_report(r: Report, hw: Chip) -> str:
+def format_report(r: Report, hw: tpu_targets.Chip) -> str:
   if r.error:
     return f'{r.name}: DOES NOT FIT ({r.compile_seconds:.0f} s to find out). The compiler: {r.error}'
   fits = 'fits' if r.peak_bytes <= usable_bytes(hw) else 'DOES NOT FIT'

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from configs import tiny
-from electra_jax import aot, sharding
+from electra_jax import aot, sharding, tpu_targets
 from electra_jax.aot import GIB
 
 pytest.importorskip('libtpu', reason='the TPU compiler: pip install -e ".[test]"')
@@ -75,23 +75,23 @@ def test_model_flops_by_hand(reports):
   for r in reports:
     # The compiler counts every op (softmax, LayerNorm, GELU, the optimiser) per device: a little more in all.
     assert 1.0 < r.compiled_flops * r.devices / r.model_flops < 1.3, r
-    assert 0 < r.peak_bytes < aot.CHIPS['v3'].hbm_bytes and r.estimated_seconds > 0 and not r.error
+    assert 0 < r.peak_bytes < tpu_targets.CHIPS['v3'].hbm_bytes and r.estimated_seconds > 0 and not r.error
 
 
 def test_report_says_what_to_change_when_it_does_not_fit():
   report = aot.Report('pre-training', 8, B * L, 1e12, 3.0, error='HLO temporaries (22.28G) exceeds available HBM')
-  assert 'DOES NOT FIT' in aot.format_report(report, aot.CHIPS['v3'])
+  assert 'DOES NOT FIT' in aot.format_report(report, tpu_targets.CHIPS['v3'])
   # The v4 (megacore) cost model answered optimal_seconds < 0 for ELECTRA-Small: no estimate rather than nonsense.
   v4 = aot.Report('pre-training', 4, B * L, 1e12, 3.0, argument_bytes=GIB, peak_bytes=GIB, compiled_flops=3e11,
                   estimated_seconds=-315.0)
-  assert 'no usable step-time estimate' in aot.format_report(v4, aot.CHIPS['v4'])
+  assert 'no usable step-time estimate' in aot.format_report(v4, tpu_targets.CHIPS['v4'])
   config = aot.load_config(_config())
   mesh = sharding.make_mesh(config.mesh, aot.topology_devices('v3:2x2'))
   advice = aot.advice(config, mesh)
   # bf16 is already what 'auto' gives a TPU; 8 rows per core split into 2 micro-batches of 4.
   assert 'dtype' not in advice and 'remat=full' in advice and 'grad_accum_steps=2' in advice
   assert 'mesh.shape=1,8,1' in advice
-  assert aot.CHIPS['v4'].hbm_bytes == 32 * GIB
+  assert tpu_targets.CHIPS['v4'].hbm_bytes == 32 * GIB
 
 
 def test_layer_fit_extrapolates_the_unrolled_step_linearly(monkeypatch):
@@ -112,7 +112,7 @@ def test_layer_fit_extrapolates_the_unrolled_step_linearly(monkeypatch):
   assert fit.depths == (2, 4)
   assert fit.estimated_seconds == pytest.approx(7e-3) and fit.compiled_flops == pytest.approx(38e12)
   # 8192 tokens / 7 ms; MFU 1e12 model FLOPs / (7 ms x 8 cores x 61.5 TFLOP/s) = 0.29; 8 x 38e12 / 1e12 = 304.
-  line = aot.format_fit(fit, fake_report(deep, None), aot.CHIPS['v3'])
+  line = aot.format_fit(fit, fake_report(deep, None), tpu_targets.CHIPS['v3'])
   assert '7.0 ms per step, 1,170,286 tokens/s, MFU 29% of 61.5 TFLOP/s' in line
   assert 'compiled FLOPs 3.040e+14 (all devices), ratio 304.00' in line
   # A generator of a quarter of the layers has 1, 1 and 3 layers at depths 2, 4 and 12: not on one line; at 4, 8
