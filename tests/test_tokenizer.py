@@ -59,6 +59,17 @@ def test_cased_tokenizer_keeps_case(lines, tmp_path):
   assert tokenizer_lib.load(str(tmp_path)).lowercase is False
 
 
+def test_sentencepiece_learns_from_lines_over_its_length_limit(tmp_path):
+  """SentencePiece's trainer skips lines over 4192 bytes: a word found only in such lines (one paragraph per line)
+  was [UNK]. They are cut at spaces, or between characters where there is none, into lines under the limit."""
+  short = ['the cat sat on the mat.', 'a dog ran far and fast.', 'ten old hens lay eggs.', 'we go home.'] * 50
+  long_line = ' '.join(['quiz'] * 1500)  # 7499 bytes
+  tokenizer = tokenizer_lib.train(short + [long_line] * 3, str(tmp_path), vocab_size=32, kind='unigram')
+  assert tokenizer.pieces(tokenizer.encode(['quiz'])[0]) == ['▁quiz']
+  assert [len(piece) for piece in tokenizer_lib._cut(long_line)] == [4189, 3309]  # 838 words, then 662
+  assert [len(piece) for piece in tokenizer_lib._cut('é' * 3000)] == [2096, 904]  # 2 bytes each: 4192 bytes, 1808
+
+
 def _write_vocab(path, tokens):
   path.write_text('\n'.join(tokens) + '\n', encoding='utf-8')
   return str(path)

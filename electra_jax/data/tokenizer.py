@@ -300,6 +300,9 @@ _SENTENCEPIECE_TRAINER = ('import json, sys, sentencepiece; '
 # Its threads split the corpus between them, and another split gives other scores and pieces: a fixed count gives
 # one corpus the same tokenizer on every machine, whatever its cores.
 SENTENCEPIECE_THREADS = 16
+# The trainer skips every line longer than this many UTF-8 bytes (its max_sentence_length), saying so only in its
+# log: longer lines (a paragraph per line) are cut into pieces under it instead (`_cut`).
+SENTENCEPIECE_MAX_BYTES = 4192
 
 
 def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
@@ -308,7 +311,7 @@ def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase
   # The child reads the sample from a file, not the whole corpus. It runs in `directory` and names its files
   # relative to it: the trainer's options are saved in the model, and a temporary path there would change its bytes.
   with open(os.path.join(directory, 'text.txt'), 'w', encoding='utf-8') as f:
-    f.writelines(line.replace('\n', ' ') + '\n' for line in sample)
+    f.writelines(piece + '\n' for line in sample for piece in _cut(line.replace('\n', ' ')))
   options = dict(
       input='text.txt', model_prefix='spm', vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
       eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]', user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'],
@@ -321,6 +324,21 @@ def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase
     why = why.removeprefix('RuntimeError: ').rstrip('.')
     raise DataError(f'training the SentencePiece tokenizer failed: {why}. {_vocabulary_advice(why)}')
   return SentencePieceTokenizer(os.path.join(directory, 'spm.model'), lowercase)
+
+
+def _cut(line: str, limit: int = SENTENCEPIECE_MAX_BYTES) -> list[str]:
+  """`line` cut into pieces of at most `limit` UTF-8 bytes, at the last space that fits (between two characters
+  where a word is longer). SentencePiece's pieces never span a space, so cutting there loses it none."""
+  text, pieces = line.encode('utf-8'), []
+  while len(text) > limit:
+    cut = text.rfind(b' ', 0, limit + 1)
+    if cut <= 0:
+      cut = limit
+      while text[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte: inside a character
+        cut -= 1
+    pieces.append(text[:cut].decode('utf-8'))
+    text = text[cut:].lstrip(b' ')
+  return pieces + [text.decode('utf-8')] if text else pieces
 
 
 def _vocabulary_advice(why: str) -> str:
