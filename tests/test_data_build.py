@@ -53,6 +53,22 @@ def test_built_directory_as_data_source(corpus_dir, corpus_tokenizer, tmp_path):
     data.load_examples(config, loaded)
 
 
+def test_hosts_read_their_own_shards_only_when_their_shares_are_close():
+  """Each host draws B/P rows of every batch from its own share: shares of 300 and 18 examples would show the 18
+  about 17 times as often, so every host reads the whole dataset then."""
+  def shares(counts, processes):
+    return [examples_lib.host_shards(counts, p, processes) for p in range(processes)]
+  assert shares([64] * 4, 4) == [[0], [1], [2], [3]]  # evenly divisible
+  # The benchmark's 12957 examples in 8 shards: 6480 and 6477 examples on 2 hosts, 3240 and 3237 on 4.
+  assert shares([1620] * 7 + [1617], 2) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+  assert shares([1620] * 7 + [1617], 4) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+  assert shares([10] * 20 + [5], 2) == [list(range(0, 21, 2)), list(range(1, 20, 2))]  # 105 vs 100: 1.05 times
+  assert shares([300, 18], 2) == [None, None]  # 16.7 times
+  assert shares([100, 100, 100, 18], 2) == [None, None]  # 200 vs 118
+  assert shares([10] * 11 + [5], 4) == [None] * 4  # 30, 30, 30 and 25: 1.2 times
+  assert shares([10], 2) == [None, None] and shares([10, 10], 1) == [None]  # fewer shards than hosts; one host
+
+
 def test_cli(corpus_dir, tmp_path, capsys, cache_dir):
   status, out, _ = _cli(capsys, 'tokenizer', f'--source={corpus_dir}', f'--output={tmp_path}/tok',
                         '--type=bpe', '--vocab_size=64')

@@ -158,7 +158,8 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
       raise DataError(f'data.eval_fraction holds documents out when text is packed, but data.source='
                       f'{config.source} was built (packed) already; give the held-out text as data.eval_source '
                       '(text files, tfds: or another built directory) and leave data.eval_fraction at 0')
-    shards = examples_lib.host_shards(len(examples_lib.read_metadata(config.source)['shards']), *part)
+    shards = examples_lib.host_shards(
+        [shard['examples'] for shard in examples_lib.read_metadata(config.source)['shards']], *part)
     built = examples_lib.ArrayRecordExamples(built_directory(config, shards), shards)
     built.host_part = None if shards is None else part
     metadata = built.metadata

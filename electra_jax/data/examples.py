@@ -140,12 +140,22 @@ class ArrayRecordExamples:
     return decode_records(records, self.max_length, self.ids_dtype)
 
 
-def host_shards(num_shards: int, process_index: int, process_count: int) -> list[int] | None:
-  """The shards process `process_index` of `process_count` reads: every process_count-th from its own index; None
-  (all, in the global order) for one process, or when there are fewer shards than processes."""
-  if process_count == 1 or num_shards < process_count:
+# How many times the smallest host's share of the shards the largest may hold for the hosts to read their own.
+HOST_SHARE_SPREAD = 1.1
+
+
+def host_shards(shard_examples: list[int], process_index: int, process_count: int) -> list[int] | None:
+  """The shards process `process_index` of `process_count` reads, given each shard's example count: every
+  process_count-th from its own index. None (all, in the global order) for one process, for fewer shards than
+  processes, or when one process's share would hold over HOST_SHARE_SPREAD times another's examples: each process
+  draws batch_size / process_count rows of every batch from its own share, so the examples of a share n times smaller
+  would be seen n times as often."""
+  if process_count == 1 or len(shard_examples) < process_count:
     return None
-  return list(range(process_index, num_shards, process_count))
+  shares = [sum(shard_examples[p::process_count]) for p in range(process_count)]
+  if max(shares) > HOST_SHARE_SPREAD * min(shares):
+    return None
+  return list(range(process_index, len(shard_examples), process_count))
 
 
 def encode_records(input_ids: np.ndarray, segment_ids: np.ndarray, ids_dtype: np.dtype) -> list[bytes]:
