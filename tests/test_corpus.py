@@ -118,6 +118,16 @@ def test_tfds_source_with_mock_data(cache_dir):
   del cache_dir
 
 
+def test_tfds_text_field_is_part_of_the_fingerprint():
+  """Another data.text_field is other text, so another tokenizer and other packed examples; the default field adds
+  nothing, so caches keyed before the field was stay valid."""
+  with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
+    text = data.open_source(data.DataConfig(source=WIKIPEDIA)).fingerprint()
+    title = data.open_source(data.DataConfig(source=WIKIPEDIA, text_field='title')).fingerprint()
+  assert text[:2] == ['wikipedia/20230601.en', 'train'] and text[-1] == 40 and len(text) == 5
+  assert title == text + ['title']
+
+
 def test_tfds_paragraphs_and_skips():
   skipped = collections.Counter()
   assert corpus.paragraphs('First paragraph.\n\n  Second one. \n', skipped) == ['First paragraph.', 'Second one.']

@@ -232,7 +232,9 @@ class TfdsText:
   def fingerprint(self) -> list:
     info = self.records.dataset_info
     data_dir = self.data_dir if fileio.is_remote(self.data_dir) or not self.data_dir else os.path.abspath(self.data_dir)
-    return [self.name, self.split, data_dir, info.full_name, len(self.records)]
+    # Another field is other text; the default one is left out, so caches made before the field was keyed stay valid.
+    field = [self.text_field] if self.text_field != 'text' else []
+    return [self.name, self.split, data_dir, info.full_name, len(self.records), *field]
 
 
 def local_tfds_copy(tfds, name: str, split: str, data_dir: str, cache_dir: str) -> str:
