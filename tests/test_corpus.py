@@ -43,12 +43,16 @@ def test_binary_and_non_utf8_files(tmp_path, content, message):
   assert 'bad.txt line 1' in str(error.value)
 
 
-def test_truncated_gzip(tmp_path):
+@pytest.mark.parametrize('damage, why', [
+    (lambda content: content[:len(content) // 2], 'Compressed file ended before the end-of-stream marker'),
+    (lambda content: content[:100] + b'\xff' * 100 + content[200:], 'Error -3 while decompressing data'),  # zlib.error
+])
+def test_truncated_or_corrupt_gzip(tmp_path, damage, why):
   make_corpus(tmp_path / 'c.txt.gz', documents=40, gz=True)
-  content = (tmp_path / 'c.txt.gz').read_bytes()
-  (tmp_path / 'c.txt.gz').write_bytes(content[:len(content) // 2])
-  with pytest.raises(DataError, match='cannot read'):
+  (tmp_path / 'c.txt.gz').write_bytes(damage((tmp_path / 'c.txt.gz').read_bytes()))
+  with pytest.raises(DataError, match=f'{why}.*; fix or remove the file$') as error:
     list(corpus.TextFiles(str(tmp_path)).documents())
+  assert str(error.value).startswith(f'cannot read {tmp_path / "c.txt.gz"}: ') and '\n' not in str(error.value)
 
 
 def test_missing_path():

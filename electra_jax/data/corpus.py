@@ -20,6 +20,7 @@ import hashlib
 import os
 import random
 from typing import Iterator
+import zlib
 
 from electra_jax import fileio
 from electra_jax.errors import DataError
@@ -95,7 +96,7 @@ def read_lines(path: str) -> Iterator[str]:
         except UnicodeDecodeError as e:
           raise DataError(f'{path} line {number} is not valid UTF-8 ({e.reason}); convert the file to UTF-8 '
                           '(e.g. iconv -f latin1 -t utf-8) or remove it from data.source') from None
-  except (OSError, EOFError) as e:  # unreadable, gone, or a truncated/corrupt .gz
+  except (OSError, EOFError, zlib.error) as e:  # unreadable, gone; a truncated (EOFError) or corrupt .gz
     if fileio.is_remote(path) and isinstance(e, OSError):  # a missing object, no access: the client's error says
       raise DataError(fileio.describe(e)) from None
     raise DataError(f'cannot read {path}: {e}; fix or remove the file') from None
