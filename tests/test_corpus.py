@@ -25,6 +25,16 @@ def test_files_directories_and_globs(tmp_path):
   assert list(corpus.TextFiles(str(tmp_path / 'b.txt.gz')).documents()) == expected[2:]
 
 
+def test_a_file_name_with_glob_characters_is_that_file(tmp_path):
+  """'corpus[1].txt' as a glob matches 'corpus1.txt' only: the file of that exact name is read."""
+  (tmp_path / 'corpus[1].txt').write_text('Bracketed.\n', encoding='utf-8')
+  (tmp_path / 'corpus1.txt').write_text('Plain.\n', encoding='utf-8')
+  source = corpus.TextFiles(str(tmp_path / 'corpus[1].txt'))
+  assert source.files == [str(tmp_path / 'corpus[1].txt')]
+  assert list(source.documents()) == [['Bracketed.']]
+  assert corpus.TextFiles(str(tmp_path / 'corpus[0-9].txt')).files == [str(tmp_path / 'corpus1.txt')]  # a glob
+
+
 def test_quickstart_corpus_is_the_default():
   source = corpus.open_source('')
   assert source.files == [corpus.QUICKSTART]

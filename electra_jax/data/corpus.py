@@ -58,6 +58,8 @@ def resolve_files(source: str) -> list[str]:
                       "'gs://BUCKET/corpus/*.txt.gz' (`gcloud storage ls` shows what is there)")
     return files
   source = os.path.expanduser(source)
+  if os.path.isfile(source):  # a file's own name, though it may hold glob characters ([ ] * ?)
+    return [source]
   if os.path.isdir(source):
     files = [os.path.join(root, f) for root, _, names in os.walk(source) for f in names if not f.startswith('.')]
   else:
