@@ -25,6 +25,16 @@ def test_files_directories_and_globs(tmp_path):
   assert list(corpus.TextFiles(str(tmp_path / 'b.txt.gz')).documents()) == expected[2:]
 
 
+def test_hidden_directories_of_a_directory_source_are_not_read(tmp_path):
+  for path, text in [('a.txt', 'One.\n'), ('part/b.txt', 'Two.\n'), ('.git/COMMIT_EDITMSG', 'Fix typo.\n'),
+                     ('.ipynb_checkpoints/a-checkpoint.txt', 'Old one.\n'), ('part/.cache/c.txt', 'Cached.\n')]:
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text(text, encoding='utf-8')
+  source = corpus.TextFiles(str(tmp_path))
+  assert source.files == [str(tmp_path / 'a.txt'), str(tmp_path / 'part' / 'b.txt')]
+  assert list(source.documents()) == [['One.'], ['Two.']]
+
+
 def test_a_file_name_with_glob_characters_is_that_file(tmp_path):
   """'corpus[1].txt' as a glob matches 'corpus1.txt' only: the file of that exact name is read."""
   (tmp_path / 'corpus[1].txt').write_text('Bracketed.\n', encoding='utf-8')

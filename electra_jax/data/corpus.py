@@ -61,7 +61,10 @@ def resolve_files(source: str) -> list[str]:
   if os.path.isfile(source):  # a file's own name, though it may hold glob characters ([ ] * ?)
     return [source]
   if os.path.isdir(source):
-    files = [os.path.join(root, f) for root, _, names in os.walk(source) for f in names if not f.startswith('.')]
+    files = []
+    for root, directories, names in os.walk(source):
+      directories[:] = [d for d in directories if not d.startswith('.')]  # .git, .ipynb_checkpoints: not the corpus
+      files += [os.path.join(root, f) for f in names if not f.startswith('.')]
   else:
     files = glob.glob(source)
   files = sorted(f for f in files if os.path.isfile(f))
