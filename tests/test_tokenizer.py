@@ -59,6 +59,27 @@ def test_cased_tokenizer_keeps_case(lines, tmp_path):
   assert tokenizer_lib.load(str(tmp_path)).lowercase is False
 
 
+def test_data_tokenizer_is_used_with_the_casing_saved_with_it(lines, tmp_path):
+  """data.lowercase is true unless set: a cased tokenizer directory given as data.tokenizer would have been fed
+  lower-cased text. A casing that contradicts the saved one is refused; the saved one is used."""
+  cased = tokenizer_lib.train(lines[:200], str(tmp_path / 'cased'), vocab_size=64, lowercase=False)
+  tokenizer_lib.load(cased.model_file, lowercase=True).save(str(tmp_path / 'uncased'))  # the same model, uncased
+  with pytest.raises(DataError) as error:
+    data.load_tokenizer(data.DataConfig(tokenizer=str(tmp_path / 'cased')))
+  assert str(error.value) == (f'data.tokenizer={tmp_path}/cased was saved cased (lowercase=false), but '
+                              'data.lowercase=true; set data.lowercase=false to match it (with --cased for `python -m '
+                              'electra_jax.data`)')
+  with pytest.raises(DataError, match=r'saved uncased \(lowercase=true\), but data.lowercase=false; set '
+                     'data.lowercase=true to match it'):
+    data.load_tokenizer(data.DataConfig(tokenizer=str(tmp_path / 'uncased'), lowercase=False))
+  tokenizer = data.load_tokenizer(data.DataConfig(tokenizer=str(tmp_path / 'cased'), lowercase=False))
+  assert tokenizer.lowercase is False and tokenizer.decode(tokenizer.encode(['The cat.'])[0]) == 'The cat.'
+  uncased = data.load_tokenizer(data.DataConfig(tokenizer=str(tmp_path / 'uncased')))
+  assert uncased.lowercase is True and uncased.decode(uncased.encode(['The cat.'])[0]) == 'the cat.'
+  # A bare model file records no casing: data.lowercase decides.
+  assert data.load_tokenizer(data.DataConfig(tokenizer=cased.model_file)).lowercase is True
+
+
 def test_sentencepiece_learns_from_lines_over_its_length_limit(tmp_path):
   """SentencePiece's trainer skips lines over 4192 bytes: a word found only in such lines (one paragraph per line)
   was [UNK]. They are cut at spaces, or between characters where there is none, into lines under the limit."""

@@ -71,11 +71,20 @@ def built_directory(config: DataConfig, shards: list[int] | None = None) -> str:
 
 def load_tokenizer(config: DataConfig) -> Tokenizer:
   """`data.tokenizer`; else the one a built `data.source` was made with; else one trained on the source (cached).
+  A data.tokenizer directory saved with another casing than data.lowercase is refused in one line.
 
   A tokenizer trained on the source is process 0's on every process of a multi-host run: each host's cache is its
   own, and tokenizers the hosts trained themselves could differ (another version of a trainer, or WordPiece's
   trainer breaking a tie at the vocabulary's size in hash order), giving one piece different ids."""
   if config.tokenizer:
+    saved = tokenizer_lib.saved_lowercase(config.tokenizer)
+    # data.lowercase always has a value (true by default), so a saved casing that differs cannot be taken silently:
+    # a cased vocabulary would see lower-cased text, an uncased one cased text.
+    if saved is not None and saved != config.lowercase:
+      raise DataError(f'data.tokenizer={config.tokenizer} was saved {"uncased" if saved else "cased"} (lowercase='
+                      f'{str(saved).lower()}), but data.lowercase={str(config.lowercase).lower()}; set data.lowercase='
+                      f'{str(saved).lower()} to match it ({"without" if saved else "with"} --cased for `python -m '
+                      'electra_jax.data`)')
     return tokenizer_lib.load(config.tokenizer, config.lowercase)
   if examples_lib.is_built(config.source):
     return tokenizer_lib.load(built_directory(config, shards=[]))

@@ -218,6 +218,13 @@ def _read_json_object(path: str, content: bytes) -> dict:
   return spec
 
 
+def saved_lowercase(path: str) -> bool | None:
+  """The casing saved with the tokenizer directory `path` (local or gs://) in its electra_tokenizer.json; None for
+  a file, or a directory without one."""
+  config = fileio.path(path if fileio.is_remote(path) else os.path.expanduser(path)) / CONFIG_FILE
+  return json.loads(config.read_text()).get('lowercase', True) if config.is_file() else None
+
+
 def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tokenizer:
   """Reads a tokenizer: a SentencePiece .model, a WordPiece vocab.txt or Hugging Face tokenizer.json, or a
   directory holding one (`Tokenizer.save` writes such a directory).
