@@ -96,7 +96,7 @@ def test_eval_source_and_bad_settings(tmp_path, corpus_file, cache_dir):
       config_lib.load(tiny_config(corpus_file, cache_dir, profile_steps=bad).to_dict(), vocab_size=64)
 
 
-def test_an_empty_held_out_side_is_named_and_other_data_errors_keep_their_words(tmp_path, corpus_file, cache_dir):
+def test_an_empty_side_of_the_split_is_named_and_other_data_errors_keep_their_words(tmp_path, corpus_file, cache_dir):
   config = data.DataConfig(source=corpus_file, vocab_size=64, max_seq_length=32, cache_dir=cache_dir)
   tokenizer = data.load_tokenizer(config)
   documents = [[f'{marker(d)} the cat sat on the mat.'] for d in range(2)]
@@ -106,6 +106,17 @@ def test_an_empty_held_out_side_is_named_and_other_data_errors_keep_their_words(
   with pytest.raises(data.DataError, match='eval_fraction=0.01 holds out no document'):
     data.load_eval_examples(data.DataConfig(source=str(two), vocab_size=64, max_seq_length=32, cache_dir=cache_dir,
                                             eval_fraction=0.01), tokenizer)
+  # The training side says when every document is held out (it used to read "holds no text").
+  lines = (f'{marker(d)} the cat sat on the mat.' for d in range(100))
+  (tmp_path / 'one.txt').write_text(next(line for line in lines if split_lib.held_out([line], 0.5)) + '\n')
+  with pytest.raises(data.DataError, match=f'eval_fraction=0.5 holds out every document of 1 text file.s. at '
+                     f"'{tmp_path}/one.txt', leaving none to train on; lower it, or add text$"):
+    data.load_examples(data.DataConfig(source=str(tmp_path / 'one.txt'), vocab_size=64, max_seq_length=32,
+                                       cache_dir=cache_dir, eval_fraction=0.5), tokenizer)
+  (tmp_path / 'blank.txt').write_text('\n \n')  # no text at all: not a held-out problem
+  with pytest.raises(data.DataError, match='holds no text'):
+    data.load_examples(data.DataConfig(source=str(tmp_path / 'blank.txt'), vocab_size=64, max_seq_length=32,
+                                       cache_dir=cache_dir, eval_fraction=0.5), tokenizer)
   # Any other data error on the held-out side keeps its own words (it used to read "holds out no document").
   binary = tmp_path / 'binary.txt'
   binary.write_text('the cat sat.\n\nthe dog \x00 ran.\n')

@@ -202,10 +202,13 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
     try:
       examples = build_lib.pack_in_memory(source, tokenizer, how, progress=report.is_chief())
     except corpus.EmptyTextError:
-      if split != 'eval':
-        raise
-      raise DataError(f'data.eval_fraction={config.eval_fraction} holds out no document of {source.source}; raise '
-                      'it, or give held-out text as data.eval_source') from None
+      if split == 'eval':
+        raise DataError(f'data.eval_fraction={config.eval_fraction} holds out no document of {source.source}; raise '
+                        'it, or give held-out text as data.eval_source') from None
+      if split == 'train' and any(source.source.documents()):  # there is text: all of it is held out
+        raise DataError(f'data.eval_fraction={config.eval_fraction} holds out every document of {source.source}, '
+                        'leaving none to train on; lower it, or add text') from None
+      raise
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with fileio.atomic_writer(path) as f:
     np.savez(f, input_ids=examples.input_ids.astype(examples_lib.ids_dtype(tokenizer.vocab_size)),
