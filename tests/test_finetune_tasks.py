@@ -3,6 +3,7 @@ SQuAD span decoding."""
 
 import gzip
 import os
+import types
 from unittest import mock
 
 import numpy as np
@@ -12,7 +13,7 @@ import tensorflow_datasets as tfds
 from electra_jax.config import ConfigError
 from electra_jax.data import DataError
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import features, predict, squad, tasks
+from electra_jax.finetune import features, metrics, predict, squad, tasks
 from electra_jax.finetune.config import SquadConfig
 
 DATA = os.path.join(os.path.dirname(__file__), 'data')
@@ -187,7 +188,7 @@ def test_stsb_targets_are_scaled_to_0_1_and_predictions_back(tokenizer):
   feats = features.encode_texts(task, examples, tokenizer, 32, training=False)
   np.testing.assert_allclose(feats.arrays['labels'], [0.76, np.nan], rtol=1e-6)
   outputs = {'logits': np.array([[0.5], [1.0]], np.float32)}
-  assert predict.decode(task, feats, outputs, SquadConfig()) == pytest.approx([2.5, 5.0])
+  assert predict.decode(task, feats, outputs, SquadConfig(), tokenizer) == pytest.approx([2.5, 5.0])
   local = tasks.Task('r', tasks.REGRESSION, 'files', '')  # no declared range: raw targets
   assert features.encode_texts(local, examples[:1], tokenizer, 32, training=False).arrays['labels'][0] == \
       pytest.approx(3.8)
@@ -236,8 +237,45 @@ def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
              'end_top_log_probs': np.full((n, k, k), -5.0), 'end_top_index': np.zeros((n, k, k), np.int64)}
   outputs['start_top_log_probs'][row, 0], outputs['start_top_index'][row, 0] = -0.1, first
   outputs['end_top_log_probs'][row, 0, 0], outputs['end_top_index'][row, 0, 0] = -0.1, last
-  predictions, _ = squad.decode(feats, outputs, config, v2=False)
+  predictions, _ = squad.decode(feats, outputs, config, False, tokenizer)
   assert predictions == {'q': 'big red house'}
   outputs['impossible_logit'] = np.full((n,), 2.0)
-  predictions, null_odds = squad.decode(feats, outputs, config, v2=True)
+  predictions, null_odds = squad.decode(feats, outputs, config, True, tokenizer)
   assert predictions == {'q': ''} and null_odds == {'q': 2.0}
+
+
+def _wordpiece(directory, words):
+  """An uncased WordPiece tokenizer knowing only ELECTRA's special tokens and `words`."""
+  vocab = directory / 'vocab.txt'
+  vocab.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', *words]) + '\n', encoding='utf-8')
+  return tokenizer_lib.load(str(vocab))
+
+
+def test_squad_answer_is_cut_out_of_its_word_by_characters(tmp_path):
+  # Official get_final_text: the span predicted is the sub-token "1856" of the word "(1856-1943).", so the answer is
+  # "1856" (EM 1), not the whole word (EM 0).
+  wordpiece = _wordpiece(tmp_path, ['when', 'was', 'tesla', 'born', 'lived', '(', ')', '-', '.', '1856', '1943'])
+  context = 'Tesla lived (1856-1943).'
+  example = tasks.SquadExample('q', 'when was tesla born', context, ('1856',), (context.index('1856'),))
+  feats = squad.encode([example], wordpiece, 32, SquadConfig(), training=True)
+  start, end = int(feats.arrays['start_positions'][0]), int(feats.arrays['end_positions'][0])
+  assert wordpiece.pieces(feats.arrays['input_ids'][0][start:end + 1]) == ['1856']
+  outputs = {'start_top_log_probs': np.array([[-0.1]]), 'start_top_index': np.array([[start]]),
+             'end_top_log_probs': np.array([[[-0.1]]]), 'end_top_index': np.array([[[end]]])}
+  predictions, _ = squad.decode(feats, outputs, SquadConfig(), False, wordpiece)
+  assert predictions == {'q': '1856'}
+  assert metrics.squad(predictions, {'q': ['1856']}) == {'exact_match': 1.0, 'f1': 1.0}
+  # Several words: cut at both ends; the case and accents of the context are kept.
+  assert squad.final_text(['lived', '(', '1856'], 'Tesla lived (1856-1943).', wordpiece) == 'lived (1856'
+  assert squad.final_text(['tesla'], 'Téslà', wordpiece) == 'Téslà'
+  # SentencePiece marks word starts with U+2581; uncased NFKC: the full-width "１８５６" is spelled 1856.
+  sentencepiece = types.SimpleNamespace(kind='sentencepiece', lowercase=True)
+  assert squad.final_text(['\u2581(', '18', '56'], '(1856-1943).', sentencepiece) == '(1856'
+  assert squad.final_text(['56', '-'], '(\uff11\uff18\uff15\uff16-1943)', sentencepiece) == '\uff15\uff16-'
+
+
+def test_squad_answer_falls_back_to_the_whole_words_when_it_cannot_be_aligned(tmp_path):
+  wordpiece = _wordpiece(tmp_path, ['1856'])
+  # "Smiljan" is [UNK]: its text is not in the words, so the answer is the words the span covers, as officially.
+  assert squad.final_text(['[UNK]'], '(Smiljan).', wordpiece) == '(Smiljan).'
+  assert squad.final_text(['1856', '[UNK]'], '1856 Smiljan', wordpiece) == '1856 Smiljan'

@@ -60,8 +60,10 @@ def infer(eval_fn, params, feats: features_lib.Features, batch_size: int, batch_
   return {k: np.concatenate([o[k] for o in outputs])[:len(feats)] for k in outputs[0]} if outputs else {}
 
 
-def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_config: SquadConfig) -> list:
-  """Per-example predictions: a label name, a number, a list of tags, or {'answer', 'null_odds'} (SQuAD)."""
+def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_config: SquadConfig,
+           tokenizer: data.Tokenizer) -> list:
+  """Per-example predictions: a label name, a number, a list of tags, or {'answer', 'null_odds'} (SQuAD, whose
+  answer text `tokenizer` spells: see squad.final_text)."""
   if not len(feats):
     return [{'answer': '', 'null_odds': None} for _ in feats.examples] if task.kind == tasks.SQUAD else []
   if task.kind == tasks.CLASSIFICATION:
@@ -75,7 +77,7 @@ def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_
       predicted = [task.labels[t] for t in tags[positions]]
       result.append(predicted + [fallback] * (len(example.words) - len(predicted)))
     return result
-  answers, null_odds = squad.decode(feats, outputs, squad_config, task.squad_v2)
+  answers, null_odds = squad.decode(feats, outputs, squad_config, task.squad_v2, tokenizer)
   return [{'answer': answers[e.guid], 'null_odds': null_odds.get(e.guid)} for e in feats.examples]
 
 
@@ -189,7 +191,7 @@ class Predictor:
     examples = self.examples(inputs)
     feats = encode(self.task, examples, self.tokenizer, self.max_seq_length, self.squad_config, training=False)
     outputs = infer(self.eval_fn, self.params, feats, batch_size)
-    return decode(self.task, feats, outputs, self.squad_config), probabilities(self.task, outputs)
+    return decode(self.task, feats, outputs, self.squad_config, self.tokenizer), probabilities(self.task, outputs)
 
 
 def format_predictions(task: tasks.Task, inputs: list, predicted: list, probs: np.ndarray | None,

@@ -7,8 +7,11 @@ in "(1895-1943)."). A training window whose span does not hold the answer (or wh
 at [CLS] (start = end = 0). Its answerability target is the question's `is_impossible`, not the window's: the
 official code labels every window of an answerable question answerable (and every SQuAD 1.1 window). A
 span is decoded from the beam of the head (see heads.SquadHead), keeping starts in the window where the token
-has its most context, and mapped back to whole context words.
+has its most context, and cut out of its context words by characters (official `get_final_text`: a prediction of
+the sub-token "1895" gives "1895", not the whole word "(1895-1943).").
 """
+
+import unicodedata
 
 import numpy as np
 
@@ -146,12 +149,54 @@ def encode(examples: list[SquadExample], tokenizer: Tokenizer, max_seq_length: i
                                windows={'token_to_word': token_to_word, 'max_context': max_context})
 
 
-def decode(feats: features_lib.Features, outputs: dict[str, np.ndarray], config: SquadConfig,
-           v2: bool) -> tuple[dict[str, str], dict[str, float]]:
+def _spelled(ch: str, tokenizer: Tokenizer) -> str:
+  """Context character `ch` as the tokenizer's pieces spell it ('' for one they drop): lower-cased when uncased,
+  accents stripped (BERT's uncased normaliser) or NFKC (SentencePiece's), control characters removed."""
+  if unicodedata.category(ch) in ('Cc', 'Cf'):
+    return ''
+  if tokenizer.lowercase:
+    ch = ch.lower()
+  if tokenizer.kind != 'wordpiece':
+    return unicodedata.normalize('NFKC', ch)
+  if not tokenizer.lowercase:
+    return ch
+  return ''.join(c for c in unicodedata.normalize('NFD', ch) if unicodedata.category(c) != 'Mn')
+
+
+def final_text(pieces: list[str], words: str, tokenizer: Tokenizer) -> str:
+  """The part of `words` (the context words a predicted span lies in, joined by spaces) that the span's sub-token
+  `pieces` spell: "1856" of "(1856-1943).".
+
+  As the official `get_final_text`: the pieces' text and the words, both without spaces and spelled as the
+  tokenizer spells them, are aligned character by character, and the characters of the first occurrence of the
+  pieces' text are cut out of `words`; when it does not occur (an [UNK] piece, another normalisation), `words`.
+  (Each spelled character keeps the index of the one it comes from, so a spelling of another length, "ﬁ" -> "fi",
+  still aligns where the official code gives up.)
+  """
+  if tokenizer.kind == 'wordpiece':
+    text = ''.join(p.removeprefix('##') for p in pieces)  # '##' marks a continuation
+  else:
+    text = ''.join(pieces).replace('\u2581', '')  # SentencePiece's word-start mark
+  predicted = ''.join(text.split())
+  spelled, source = [], []  # the characters of `words` as spelled, and the index in `words` each comes from
+  for i, ch in enumerate(words):
+    if not ch.isspace():
+      for c in _spelled(ch, tokenizer):
+        spelled.append(c)
+        source.append(i)
+  start = ''.join(spelled).find(predicted) if predicted else -1
+  if start < 0:
+    return words
+  return words[source[start]:source[start + len(predicted) - 1] + 1]
+
+
+def decode(feats: features_lib.Features, outputs: dict[str, np.ndarray], config: SquadConfig, v2: bool,
+           tokenizer: Tokenizer) -> tuple[dict[str, str], dict[str, float]]:
   """Best answer per question, and (v2) its null odds (min over windows of the impossible logit).
 
   `outputs`: start_top_log_probs [n, k], start_top_index [n, k], end_top_log_probs [n, k, k],
-  end_top_index [n, k, k], impossible_logit [n]. A v2 question gets '' when its null odds are > 0.
+  end_top_index [n, k, k], impossible_logit [n]. `tokenizer` spells the predicted sub-tokens (see `final_text`).
+  A v2 question gets '' when its null odds are > 0.
   """
   best = {}
   null = {}
@@ -165,15 +210,17 @@ def decode(feats: features_lib.Features, outputs: dict[str, np.ndarray], config:
     scores = np.where(valid, scores, -np.inf)
     a, b = np.unravel_index(np.argmax(scores), scores.shape)
     if np.isfinite(scores[a, b]) and (i not in best or scores[a, b] > best[i][0]):
-      best[i] = (scores[a, b], token_to_word[row, starts[a]], token_to_word[row, ends[a, b]])
+      best[i] = (scores[a, b], row, starts[a], ends[a, b])
     if v2:
       null[i] = min(null.get(i, np.inf), float(outputs['impossible_logit'][row]))
   predictions, null_odds = {}, {}
   for i, example in enumerate(feats.examples):
     text = ''
     if i in best:
+      _, row, start, end = best[i]
       words, _ = split_words(example.context)
-      text = ' '.join(words[best[i][1]:best[i][2] + 1])
+      pieces = tokenizer.pieces(feats.arrays['input_ids'][row, start:end + 1])
+      text = final_text(pieces, ' '.join(words[token_to_word[row, start]:token_to_word[row, end] + 1]), tokenizer)
     if v2:
       null_odds[example.guid] = null.get(i, np.inf)
       if null_odds[example.guid] > 0:

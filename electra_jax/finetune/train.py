@@ -244,15 +244,16 @@ def dev_baseline(task: tasks.Task, evals: list) -> tuple[dict[str, float], dict[
   return values, labels
 
 
-def evaluate(run: Finetuning, params, task: tasks.Task, evals: list, c: FinetuneConfig, *,
-             dev_only: bool = False) -> list[tuple[tasks.Split, list, list, dict]]:
-  """(split, examples, predictions, head outputs) of each dev split (and test split unless `dev_only`)."""
+def evaluate(run: Finetuning, params, task: tasks.Task, evals: list, c: FinetuneConfig, tokenizer: data.Tokenizer,
+             *, dev_only: bool = False) -> list[tuple[tasks.Split, list, list, dict]]:
+  """(split, examples, predictions, head outputs) of each dev split (and test split unless `dev_only`); `tokenizer`
+  spells SQuAD's answers."""
   out = []
   for split, examples, feats in evals:
     if dev_only and split not in task.dev_splits:
       continue
     outputs = predict.infer(run.eval_fn, params, feats, c.eval_batch_size, run.batch_sharding)
-    out.append((split, examples, predict.decode(task, feats, outputs, c.squad), outputs))
+    out.append((split, examples, predict.decode(task, feats, outputs, c.squad, tokenizer), outputs))
   return out
 
 
@@ -476,11 +477,11 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
         state, _ = checkpointer.restore(latest, ft.abstract_state())
         print(f'{tag} resumed from {checkpointer.directory}/{latest}', file=sys.stderr)
       writer = metrics_lib.MetricsWriter(seed_dir, resumed_at=latest or 0)
-      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after,
-                         lambda params: dev_scores(task, evaluate(ft, params, task, evals, c, dev_only=True)))
+      score_dev = lambda params: dev_scores(task, evaluate(ft, params, task, evals, c, tokenizer, dev_only=True))
+      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after, score_dev)
       if state is None:  # stopped at a checkpoint
         return None
-      evaluated = evaluate(ft, state.params, task, evals, c)
+      evaluated = evaluate(ft, state.params, task, evals, c, tokenizer)
       row = {'seed': seed, **dev_scores(task, evaluated)}
       writer.write(ft.total_steps, {k: v for k, v in row.items() if k != 'seed'})
     finally:
