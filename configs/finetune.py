@@ -64,6 +64,7 @@ def get_config():
   config.squad.beam_size = d.squad.beam_size  # Top start (and, per start, end) positions searched (n-best).
   config.squad.max_answer_length = d.squad.max_answer_length  # Longest answer in tokens.
   config.squad.answerable_weight = d.squad.answerable_weight  # Weight of the SQuAD 2.0 answerability loss.
+  config.squad.na_threshold = d.squad.na_threshold  # SQuAD 2.0: answer '' when the null odds exceed this.
 
   base = default.get_config()
   config.model = base.model  # From scratch only: the model (a pre-trained WORKDIR brings its own).

@@ -2,6 +2,7 @@
 SQuAD span decoding."""
 
 import gzip
+import json
 import os
 import types
 from unittest import mock
@@ -241,7 +242,8 @@ def test_squad_windows_hold_the_answer_and_decode_back(tokenizer):
   assert predictions == {'q': 'big red house'}
   outputs['impossible_logit'] = np.full((n,), 2.0)
   predictions, null_odds = squad.decode(feats, outputs, config, True, tokenizer)
-  assert predictions == {'q': ''} and null_odds == {'q': 2.0}
+  assert predictions == {'q': 'big red house'} and null_odds == {'q': 2.0}
+  assert squad.answer('big red house', 2.0, config) == ''  # 2.0 > -2.75: unanswered
 
 
 def _wordpiece(directory, words):
@@ -279,3 +281,29 @@ def test_squad_answer_falls_back_to_the_whole_words_when_it_cannot_be_aligned(tm
   # "Smiljan" is [UNK]: its text is not in the words, so the answer is the words the span covers, as officially.
   assert squad.final_text(['[UNK]'], '(Smiljan).', wordpiece) == '(Smiljan).'
   assert squad.final_text(['1856', '[UNK]'], '1856 Smiljan', wordpiece) == '1856 Smiljan'
+
+
+def test_squad_v2_is_unanswered_above_the_official_threshold_and_dev_files_are_the_official_ones(tmp_path):
+  # Official: squad_official_eval scores dev with na_prob_thresh = qa_na_threshold = -2.75 (null odds > it: ''),
+  # from a predictions file of best spans plus a null-odds file.
+  config = SquadConfig()
+  assert [squad.answer('x', odds, config) for odds in (-1.0, -2.75, -3.0, None)] == ['', 'x', 'x', 'x']
+  wordpiece = _wordpiece(tmp_path, ['when', 'was', 'tesla', 'born', 'lived', '(', ')', '-', '.', '1856', '1943'])
+  context = 'Tesla lived (1856-1943).'
+  examples = [tasks.SquadExample('q1', 'when was tesla born', context, ('1856',), (context.index('1856'),)),
+              tasks.SquadExample('q2', 'when was tesla born', context, is_impossible=True)]
+  feats = squad.encode(examples, wordpiece, 32, config, training=False)
+  position = wordpiece.pieces(feats.arrays['input_ids'][0]).index('1856')
+  outputs = {'start_top_log_probs': np.full((2, 1), -0.1), 'start_top_index': np.full((2, 1), position),
+             'end_top_log_probs': np.full((2, 1, 1), -0.1), 'end_top_index': np.full((2, 1, 1), position),
+             'impossible_logit': np.array([-3.0, -1.0])}
+  task = tasks.get_task('squad_v2')
+  predicted = predict.decode(task, feats, outputs, config, wordpiece)
+  assert predicted == [{'answer': '1856', 'span': '1856', 'null_odds': -3.0},
+                       {'answer': '', 'span': '1856', 'null_odds': -1.0}]
+  # q1 right, q2 rightly unanswered: EM 1 (the threshold 0 used before answered q2 "1856": EM 1/2).
+  answers = {e.guid: p['answer'] for e, p in zip(examples, predicted)}
+  assert metrics.squad(answers, {'q1': ['1856'], 'q2': []}) == {'exact_match': 1.0, 'f1': 1.0}
+  predict.write_predictions(str(tmp_path / 'out'), task, task.dev_splits[0], examples, predicted)
+  assert json.loads((tmp_path / 'out' / 'dev.json').read_text()) == {'q1': '1856', 'q2': '1856'}
+  assert json.loads((tmp_path / 'out' / 'dev_null_odds.json').read_text()) == {'q1': -3.0, 'q2': -1.0}

@@ -17,6 +17,7 @@ class SquadConfig:
   beam_size: int = 20
   max_answer_length: int = 30
   answerable_weight: float = 0.5
+  na_threshold: float = -2.75  # official qa_na_threshold: a 2.0 question is unanswered when its null odds exceed it
 
 
 @dataclasses.dataclass(frozen=True)

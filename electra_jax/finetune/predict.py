@@ -62,10 +62,12 @@ def infer(eval_fn, params, feats: features_lib.Features, batch_size: int, batch_
 
 def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_config: SquadConfig,
            tokenizer: data.Tokenizer) -> list:
-  """Per-example predictions: a label name, a number, a list of tags, or {'answer', 'null_odds'} (SQuAD, whose
-  answer text `tokenizer` spells: see squad.final_text)."""
+  """Per-example predictions: a label name, a number, a list of tags, or {'answer', 'span', 'null_odds'} (SQuAD:
+  the best span's text, spelled by `tokenizer` (see squad.final_text), its null odds (2.0; else None), and the
+  answer, '' when those exceed squad_config.na_threshold)."""
   if not len(feats):
-    return [{'answer': '', 'null_odds': None} for _ in feats.examples] if task.kind == tasks.SQUAD else []
+    empty = {'answer': '', 'span': '', 'null_odds': None}
+    return [dict(empty) for _ in feats.examples] if task.kind == tasks.SQUAD else []
   if task.kind == tasks.CLASSIFICATION:
     return [task.labels[i] for i in np.argmax(outputs['logits'], -1)]
   if task.kind == tasks.REGRESSION:
@@ -77,8 +79,9 @@ def decode(task: tasks.Task, feats: features_lib.Features, outputs: dict, squad_
       predicted = [task.labels[t] for t in tags[positions]]
       result.append(predicted + [fallback] * (len(example.words) - len(predicted)))
     return result
-  answers, null_odds = squad.decode(feats, outputs, squad_config, task.squad_v2, tokenizer)
-  return [{'answer': answers[e.guid], 'null_odds': null_odds.get(e.guid)} for e in feats.examples]
+  spans, null_odds = squad.decode(feats, outputs, squad_config, task.squad_v2, tokenizer)
+  return [{'answer': squad.answer(spans[e.guid], null_odds.get(e.guid), squad_config), 'span': spans[e.guid],
+           'null_odds': null_odds.get(e.guid)} for e in feats.examples]
 
 
 def probabilities(task: tasks.Task, outputs: dict) -> np.ndarray | None:
@@ -103,12 +106,16 @@ def write_predictions(directory: str, task: tasks.Task, split: tasks.Split, exam
   other text splits (GLUE dev, task directories): `id<TAB>gold<TAB>prediction[<TAB>p_LABEL...]<TAB>texts`, labels
   by name, gold empty when unlabelled, `probs` [examples, classes] as p_ columns;
   CoNLL: `word<TAB>gold tag<TAB>predicted tag` (`word<TAB>predicted tag` when unlabelled);
-  SQuAD: {id: answer} JSON (+ null_odds.json for 2.0, for the official script's threshold search).
+  SQuAD: {id: answer} JSON; for a 2.0 dev split, as the official qa_preds_file, {id: best span} and
+  <split>_null_odds.json, which the official squad_official_eval.py reads (`-n`, `-t -2.75` for our threshold) to
+  score them as we do and to search the best threshold.
   """
   directory = fileio.path(directory)
   if task.kind == tasks.SQUAD:
-    name = split.submission if split.submission and split.name.startswith('test') else f'{split.name}.json'
-    fileio.write_text(directory / name, json.dumps({e.guid: p['answer'] for e, p in zip(examples, predicted)},
+    test = split.submission and split.name.startswith('test')
+    name = split.submission if test else f'{split.name}.json'
+    key = 'answer' if test else 'span'
+    fileio.write_text(directory / name, json.dumps({e.guid: p[key] for e, p in zip(examples, predicted)},
                                                    indent=1))
     if task.squad_v2:
       fileio.write_text(directory / f'{split.name}_null_odds.json',

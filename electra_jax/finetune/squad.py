@@ -192,11 +192,11 @@ def final_text(pieces: list[str], words: str, tokenizer: Tokenizer) -> str:
 
 def decode(feats: features_lib.Features, outputs: dict[str, np.ndarray], config: SquadConfig, v2: bool,
            tokenizer: Tokenizer) -> tuple[dict[str, str], dict[str, float]]:
-  """Best answer per question, and (v2) its null odds (min over windows of the impossible logit).
+  """Best span's text per question ('' when no span is valid), and (v2) its null odds (min over windows of the
+  impossible logit); `answer` decides between them.
 
   `outputs`: start_top_log_probs [n, k], start_top_index [n, k], end_top_log_probs [n, k, k],
   end_top_index [n, k, k], impossible_logit [n]. `tokenizer` spells the predicted sub-tokens (see `final_text`).
-  A v2 question gets '' when its null odds are > 0.
   """
   best = {}
   null = {}
@@ -223,7 +223,12 @@ def decode(feats: features_lib.Features, outputs: dict[str, np.ndarray], config:
       text = final_text(pieces, ' '.join(words[token_to_word[row, start]:token_to_word[row, end] + 1]), tokenizer)
     if v2:
       null_odds[example.guid] = null.get(i, np.inf)
-      if null_odds[example.guid] > 0:
-        text = ''
     predictions[example.guid] = text
   return predictions, null_odds
+
+
+def answer(span: str, null_odds: float | None, config: SquadConfig) -> str:
+  """The answer to a question whose best span is `span`: '' when its null odds (SQuAD 2.0) exceed
+  `config.na_threshold`, as the official squad_official_eval scores dev (na_prob_thresh = qa_na_threshold) and
+  run_finetuning.py writes test predictions."""
+  return '' if null_odds is not None and null_odds > config.na_threshold else span
