@@ -220,6 +220,17 @@ def test_conll_lines_and_sentence_positions(tmp_path):
     files.conll_examples(str(path))
 
 
+def test_conll_tab_after_the_tag_is_not_an_empty_tag(tmp_path):
+  path = tmp_path / 'dev.conll'
+  path.write_text('EU\tB-ORG\t\nrejects\tO\t\n\nPeter Pan\tB-PER \t\n', encoding='utf-8')
+  assert [(e.words, e.tags) for e in files.conll_examples(str(path))] == [
+      (('EU', 'rejects'), ('B-ORG', 'O')), (('Peter Pan',), ('B-PER',))]
+  # A word whose tag column is empty is refused, not read as the tag ''.
+  path.write_text('EU\tB-ORG\nrejects\t\t\n', encoding='utf-8')
+  with pytest.raises(DataError, match=r"dev.conll line 2: expected token<TAB>tag, got 'rejects\\t\\t' \(no tag\)"):
+    files.conll_examples(str(path))
+
+
 def test_glue_test_files_are_optional(tmp_path):
   """A GLUE directory without test.tsv trains and evaluates (as a task directory does); it only predicts none."""
   rte = _copy_glue(tmp_path, 'RTE')

@@ -154,10 +154,11 @@ def conll_examples(path: str) -> list[TaggingExample]:
         examples.append(TaggingExample(f'{name}:{first}', tuple(words), tuple(tags)))
         words, tags = [], []
       continue
-    parts = line.split('\t') if '\t' in line else line.split()
+    cells = line.strip()  # a tab after the tag (some exporters write one) is not an empty tag column
+    parts = cells.split('\t') if '\t' in cells else cells.split()
     if len(parts) < 2:
-      raise DataError(f'{path} line {number}: expected token<TAB>tag, got {line!r}; fix the line (a blank line '
-                      'ends a sentence)')
+      raise DataError(f'{path} line {number}: expected token<TAB>tag, got {line!r} (no tag); fix the line (a blank '
+                      'line ends a sentence)')
     first = first if words else number
     words.append(parts[0])
     tags.append(parts[-1].strip())
