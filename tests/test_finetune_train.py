@@ -1,6 +1,7 @@
 """End-to-end fine-tuning on CPU with a tiny model: generated learnable tasks, loading a pre-training workdir,
 SQuAD 2.0 on tfds mock data, GLUE's own files, prediction files, --mode=predict, bad input, workdirs and resuming."""
 
+import dataclasses
 import json
 import os
 import random
@@ -256,17 +257,41 @@ def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
   config = tiny_config(cache_dir, corpus_file, directory).to_dict()
   workdir = tmp_path / 'ft'
   workdir.mkdir()
-  saved = {'config': config, 'task': {'name': 'rte'}}
+  saved = {'config': config, 'task': dataclasses.asdict(tasks.get_task('rte'))}
   (workdir / 'finetune.json').write_text(json.dumps(saved), encoding='utf-8')
   with pytest.raises(config_lib.ConfigError, match="holds a fine-tuning run of task 'rte'"):
     train.check_workdir(str(workdir), config, task)
-  saved['task']['name'] = task.name
+  saved['task'] = dataclasses.asdict(task)
   (workdir / 'finetune.json').write_text(json.dumps(saved), encoding='utf-8')
   train.check_workdir(str(workdir), dict(config, seeds=5, log_every=1), task)  # same run, more seeds: fine
   changed = json.loads(json.dumps(config))
   changed['optimizer']['learning_rate'] = 1e-4
   with pytest.raises(config_lib.ConfigError, match=r'other settings \(optimizer.learning_rate: 0.002 -> 0.0001\)'):
     train.check_workdir(str(workdir), changed, task)
+
+
+def test_a_workdir_of_another_directory_of_the_same_name_is_refused(tmp_path, monkeypatch):
+  for version in ('v1', 'v2'):
+    directory = tmp_path / version / 'sentiment'
+    directory.mkdir(parents=True)
+    for split in ('train', 'dev'):
+      (directory / f'{split}.tsv').write_text('neg\tbad film\npos\tgood film\n', encoding='utf-8')
+  old = tasks.get_task(str(tmp_path / 'v1' / 'sentiment'))
+  workdir = tmp_path / 'work'
+  workdir.mkdir()
+  config = {'task': str(tmp_path / 'v1' / 'sentiment'), 'seed': 0}
+  (workdir / 'finetune.json').write_text(json.dumps({'config': config, 'task': dataclasses.asdict(old)}),
+                                         encoding='utf-8')
+  # Same name, same labels, other files: v1's finished seeds are not v2's.
+  new = tasks.get_task(str(tmp_path / 'v2' / 'sentiment'))
+  with pytest.raises(config_lib.ConfigError, match=r"run of task 'sentiment' \(location: .*v1/sentiment', now .*"
+                                                   r"v2/sentiment'; finetune.json\).*give a new --workdir"):
+    train.check_workdir(str(workdir), dict(config, task=str(tmp_path / 'v2' / 'sentiment')), new)
+  # The same directory by another relative path (or a symlink) is the same task.
+  monkeypatch.chdir(tmp_path / 'v1')
+  train.check_workdir(str(workdir), dict(config, task='sentiment'), tasks.get_task('sentiment'))
+  os.symlink(tmp_path / 'v1', tmp_path / 'link')
+  train.check_workdir(str(workdir), config, tasks.get_task(str(tmp_path / 'link' / 'sentiment')))
 
 
 @pytest.mark.slow

@@ -42,7 +42,8 @@ from electra_jax.train_step import ABSTRACT_KEY, TrainState
 
 PRETRAINED = ('embeddings', 'discriminator')  # the parameter subtrees fine-tuning takes from pre-training
 # Config keys a rerun may change and still reuse the finished seeds: they change neither what a seed trains nor its
-# scores (`task` is compared by the task's name, as a directory may be given by another path).
+# scores (`task`, `glue_dir` and `squad_dir` are compared by the task they declare, TASK_IDENTITY: a directory may
+# be given by another path).
 RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'eval_every', 'checkpoint_every', 'eval_batch_size', 'save_model',
               'write_predictions', 'predict_input', 'predict_output', 'predict_format', 'glue_dir', 'squad_dir',
               'tfds_data_dir', 'mesh')
@@ -51,6 +52,10 @@ RERUN_FREE = ('task', 'seed', 'seeds', 'log_every', 'eval_every', 'checkpoint_ev
 # `model` and `data`, the from-scratch model's and tokenizer's, which the Finetuner holds. The batches' shapes are
 # part of a step's key (`inputs_key`).
 PROGRAM_FREE = (*(k for k in RERUN_FREE if k != 'mesh'), 'task_kind', 'init_checkpoint', 'init_step', 'model', 'data')
+# The fields of a task's declaration that a rerun must keep: with another one the finished seeds' scores are another
+# task's. The name alone is not enough: a task directory's name is its basename, and another directory of that name
+# (or another glue_dir/squad_dir) holds other data; its location is compared resolved (symlinks too).
+TASK_IDENTITY = ('name', 'kind', 'source', 'location', 'labels', 'metrics')
 # Steps compiled ahead by `precompile` (experiments.compare, before it pre-trains): {what a Finetuning's steps depend
 # on but their inputs (`Finetuning.precompiled`): {('step' or 'eval', the inputs' shapes): the executable}}. A
 # fine-tuning of the same program later in this process runs them rather than compiling its own.
@@ -373,9 +378,11 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
   if not (workdir / 'finetune.json').exists():
     return
   saved = json.loads((workdir / 'finetune.json').read_text())
-  if saved['task']['name'] != task.name:
-    raise ConfigError(f'{workdir} holds a fine-tuning run of task {saved["task"]["name"]!r} (finetune.json); give '
-                      f'another --workdir for {task.name!r}')
+  old, new = _task_identity(saved['task']), _task_identity(json.loads(json.dumps(dataclasses.asdict(task))))
+  if old != new:
+    key = next(k for k in TASK_IDENTITY if old[k] != new[k])
+    raise ConfigError(f'{workdir} holds a fine-tuning run of task {old["name"]!r} ({key}: {old[key]!r}, now '
+                      f'{new[key]!r}; finetune.json), whose finished seeds are not this task\'s: give a new --workdir')
   old = flax.traverse_util.flatten_dict(saved['config'], sep='.')
   new = flax.traverse_util.flatten_dict(json.loads(json.dumps(config_dict)), sep='.')
   changed = sorted(k for k in set(old) | set(new) if k.split('.')[0] not in RERUN_FREE and old.get(k) != new.get(k))
@@ -383,6 +390,14 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
     raise ConfigError(f'{workdir} holds a {task.name} run with other settings ('
                       f'{", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])}); rerun it with '
                       'its settings to resume it, or give another --workdir')
+
+
+def _task_identity(declaration: dict) -> dict:
+  """The TASK_IDENTITY fields of a task declaration as JSON gives it, a local location resolved."""
+  identity = {k: declaration.get(k) for k in TASK_IDENTITY}
+  if identity['source'] != 'tfds' and identity['location'] and not fileio.is_remote(identity['location']):
+    identity['location'] = os.path.realpath(identity['location'])
+  return identity
 
 
 def _setup(config, workdir: str):
