@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from electra_jax.config import ModelConfig
-from electra_jax.finetune import heads, optimizer, tasks
+from electra_jax.finetune import heads, optimizer, tasks, train
 from electra_jax.finetune.config import OptimizerConfig, SquadConfig
 
 MODEL = ModelConfig(vocab_size=20, embedding_size=8, hidden_size=16, num_layers=2, num_heads=2,
@@ -17,9 +17,9 @@ MODEL = ModelConfig(vocab_size=20, embedding_size=8, hidden_size=16, num_layers=
 TASK = tasks.Task(name='t', kind=tasks.CLASSIFICATION, source='files', location='', labels=('a', 'b'))
 
 
-def _abstract_params():
+def _abstract_params(model_config=MODEL):
   """The fine-tuning model's parameter shapes (nothing is computed)."""
-  model = heads.make_model(TASK, MODEL, 0.1, SquadConfig())
+  model = heads.make_model(TASK, model_config, 0.1, SquadConfig())
   ids = jnp.zeros((1, 8), jnp.int32)
   init = lambda rng: nn.meta.unbox(model.init(rng, {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids}))
   return jax.eval_shape(init, jax.random.PRNGKey(0))['params']
@@ -53,6 +53,26 @@ def test_multipliers_follow_the_formula_on_a_two_layer_model():
     assert flat[path] == pytest.approx(value), path
   assert sorted(set(flat.values())) == pytest.approx([0.4096, 0.512, 0.64, 1.0])
   assert not any(k.startswith('generator') for k in flat)  # the generator is dropped
+
+
+@pytest.mark.parametrize('scan_layers, tying', [(True, 'embeddings'), (False, 'gdes'), (True, 'gdes')])
+def test_from_scratch_every_layer_has_its_depth_whatever_the_pretraining_layout(scan_layers, tying):
+  # Built as configured, scanned layers are stacked under encoder/layers (no layer_N: all depth L+2 = 4, the head's
+  # rate) and GDES's embeddings_delta is outside `embeddings` (depth 4). As fine-tuning builds it, neither.
+  config = dataclasses.replace(MODEL, scan_layers=scan_layers, tying=tying)
+  depths = flax.traverse_util.flatten_dict(optimizer.depths(_abstract_params(config), 2), sep='/')
+  assert any(('/layers/' if scan_layers else '/embeddings_delta/') in k and d == 4 for k, d in depths.items())
+  depths = flax.traverse_util.flatten_dict(
+      optimizer.depths(_abstract_params(train.scratch_model_config(config)), 2), sep='/')
+  by_subtree = {}
+  for path, d in depths.items():
+    by_subtree.setdefault('/'.join(path.split('/')[:3]), set()).add(d)
+  assert by_subtree == {'discriminator/embeddings_project/kernel': {0}, 'discriminator/embeddings_project/bias': {0},
+                        'discriminator/encoder/layer_0': {1}, 'discriminator/encoder/layer_1': {2},
+                        'embeddings/LayerNorm/bias': {0}, 'embeddings/LayerNorm/scale': {0},
+                        'embeddings/word_embeddings/embedding': {0}, 'embeddings/position_embeddings/embedding': {0},
+                        'embeddings/token_type_embeddings/embedding': {0}, 'head/dense/kernel': {4},
+                        'head/dense/bias': {4}}
 
 
 def test_updates_are_scaled_per_layer():

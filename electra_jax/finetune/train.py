@@ -190,9 +190,17 @@ def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, da
   return model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
 
 
+def scratch_model_config(model: ModelConfig) -> ModelConfig:
+  """`model` as fine-tuning from scratch builds it: as `_load_pretrained` gives a pre-trained one, layers unrolled
+  (layer-wise decay finds each layer by its name layer_N; stacked under `layers`, all would get the head's rate)
+  and tying 'gdes' as 'embeddings' (without a generator the delta would be a second embedding table, at the head's
+  rate; a pre-trained delta is folded into the embeddings)."""
+  return dataclasses.replace(model, scan_layers=False, tying='embeddings' if model.tying == 'gdes' else model.tying)
+
+
 def _scratch_model(c: FinetuneConfig) -> tuple[ModelConfig, data.Tokenizer]:
   tokenizer = data.load_tokenizer(c.data)
-  model = c.model
+  model = scratch_model_config(c.model)
   if not model.vocab_size:
     model = dataclasses.replace(model, vocab_size=tokenizer.vocab_size)
   if model.vocab_size != tokenizer.vocab_size:
