@@ -210,6 +210,17 @@ def test_local_regression_targets_must_be_finite_numbers(tmp_path):
     tasks.read(task, 'validation')
 
 
+@pytest.mark.parametrize('label', ['nan', 'inf', '-Infinity'])
+def test_a_non_finite_training_label_is_a_regression_target_refused_in_one_line(tmp_path, label):
+  # Every label a number, one not an integer (nan and inf are not): regression, whose reader refuses it.
+  (tmp_path / 'train.tsv').write_text(f'1\ta\n{label}\tb\n0\tc\n', encoding='utf-8')
+  (tmp_path / 'dev.tsv').write_text('1\tc\n', encoding='utf-8')
+  task = tasks.get_task(str(tmp_path))
+  assert task.kind == tasks.REGRESSION
+  with pytest.raises(DataError, match=f"train.tsv line 2: the regression target '{label}' is out of range"):
+    tasks.read(task, 'train')
+
+
 def test_conll_lines_and_sentence_positions(tmp_path):
   path = tmp_path / 'dev.conll'
   path.write_text('-DOCSTART- O\n\nThe\tDT\ncat\tNN\n\nA\tDT\n', encoding='utf-8')

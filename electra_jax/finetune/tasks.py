@@ -210,7 +210,8 @@ def _file_task(directory: str, kind: str) -> Task:
   labels = [row[0].strip() for _, row in files.local_tsv_rows(train)]
   if not kind:
     numbers = bool(labels) and all(_is_number(x) for x in labels)
-    kind = REGRESSION if numbers and any(float(x) != int(float(x)) for x in labels) else CLASSIFICATION
+    # nan and inf are not integers: regression targets, which reading refuses in one line (not finite).
+    kind = REGRESSION if numbers and any(not float(x).is_integer() for x in labels) else CLASSIFICATION
   if kind == REGRESSION:
     return Task(name=name, kind=REGRESSION, source='files', location=directory, metrics=('spearman', 'pearson'),
                 test_splits=tests)
