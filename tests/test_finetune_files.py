@@ -1,6 +1,7 @@
 """Readers of the files users have (GLUE's distribution, SQuAD's JSON, task directories) on hand-made fixtures in
 the exact formats (tests/data/), and every bad-input check: one DataError naming the file, the line and the fix."""
 
+import json
 import os
 import shutil
 
@@ -163,6 +164,36 @@ def test_squad_json_errors(tmp_path):
                                             '"question": "y"}]}]}]}', encoding='utf-8')
   with pytest.raises(DataError, match="question 'q1' lacks 'answers'"):
     tasks.read(tasks.get_task('squad_v1', squad_dir=str(tmp_path)), 'train')
+
+
+# Characters str.splitlines takes for line ends; in these files they are text.
+SEPARATORS = '\x85\u2028\u2029\x0b\x0c\x1c\x1d\x1e'
+
+
+def test_lines_end_only_at_newlines(tmp_path):
+  assert files.split_lines(f'a{SEPARATORS}b\r\nc\rd\n\ne') == [f'a{SEPARATORS}b', 'c', 'd', '', 'e']
+  assert files.split_lines('a\n') == ['a'] and files.split_lines('') == []
+  path = tmp_path / 'train.tsv'
+  path.write_bytes(f'label\tsentence\r\n1\tgood{SEPARATORS}film\r\n0\tbad film'.encode())
+  assert files.local_tsv_rows(str(path)) == [(2, ['1', f'good{SEPARATORS}film']), (3, ['0', 'bad film'])]
+
+
+def test_a_glue_sentence_with_a_line_separator_is_one_sentence(tmp_path):
+  sst2 = tmp_path / 'SST-2'
+  sst2.mkdir()
+  (sst2 / 'dev.tsv').write_text('sentence\tlabel\na moving\u2028and funny film \t1\nflat \t0\n', encoding='utf-8')
+  examples = files.glue_examples(str(sst2), files.GLUE_FORMATS['sst2'], 'validation', ('negative', 'positive'), ())
+  assert [(e.texts, e.label) for e in examples] == [(('a moving\u2028and funny film ',), 'positive'),
+                                                    (('flat ',), 'negative')]
+
+
+def test_squad_json_with_a_raw_line_separator_reads(tmp_path):
+  context = 'Tesla\u2028was born in 1856.'
+  data = {'data': [{'paragraphs': [{'context': context, 'qas': [{'id': 'q1', 'question': 'when?', 'answers': [
+      {'text': '1856', 'answer_start': context.index('1856')}]}]}]}]}
+  (tmp_path / 'dev-v1.1.json').write_text(json.dumps(data, ensure_ascii=False), encoding='utf-8')
+  [example] = files.squad_examples(str(tmp_path), False, 'validation')
+  assert example.context == context and example.answer_starts == (18,)
 
 
 # A task directory.

@@ -55,9 +55,18 @@ class SquadExample:
   is_impossible: bool = False
 
 
-def read_lines(path: str) -> list[str]:
-  """The lines of a UTF-8 text file (local or gs://), plain or gzip (recognised by its magic bytes, whatever its
-  name)."""
+def split_lines(text: str) -> list[str]:
+  r"""The lines of `text`, ended by '\n', '\r\n' or '\r' (Python's universal newlines), none after the last end.
+
+  Not str.splitlines: it also ends lines at U+0085, U+2028, U+2029, \x0b, \x0c and \x1c-\x1e, which are text
+  inside a TSV cell or a sentence (it would cut a row in two, or a GLUE sentence short)."""
+  lines = text.replace('\r\n', '\n').replace('\r', '\n').split('\n')
+  return lines[:-1] if lines[-1] == '' else lines
+
+
+def read_text(path: str) -> str:
+  """The text of a UTF-8 file (local or gs://), plain or gzip (recognised by its magic bytes, whatever its name),
+  without a byte-order mark."""
   location = fileio.path(path)
   if not location.is_file():
     raise DataError(f'{path} does not exist')
@@ -68,7 +77,12 @@ def read_lines(path: str) -> list[str]:
     raise DataError(f'{path} cannot be read ({e}); fix or replace it') from None
   except UnicodeDecodeError as e:
     raise DataError(f'{path} is not valid UTF-8 ({e.reason}); convert it to UTF-8') from None
-  return text.removeprefix('\ufeff').splitlines()  # GLUE's MRPC header keeps its source's byte-order mark
+  return text.removeprefix('\ufeff')  # GLUE's MRPC header keeps its source's byte-order mark
+
+
+def read_lines(path: str) -> list[str]:
+  """The lines of `read_text(path)` (see `split_lines`)."""
+  return split_lines(read_text(path))
 
 
 def read_tsv(path: str) -> list[tuple[int, list[str]]]:
@@ -293,7 +307,7 @@ def squad_examples(squad_dir: str, v2: bool, split: str) -> list[SquadExample]:
     raise DataError(f'{path} is missing: --config.squad_dir holds SQuAD\'s {" and ".join(SQUAD_FILES[v2].values())} '
                     'as downloaded')
   try:
-    data = json.loads('\n'.join(read_lines(path)))['data']
+    data = json.loads(read_text(path))['data']
   except (json.JSONDecodeError, KeyError, TypeError) as e:
     raise DataError(f'{path} is not SQuAD\'s JSON ({type(e).__name__}: {e}); give the file as downloaded') from None
   examples = []

@@ -26,7 +26,7 @@ import orbax.checkpoint as ocp
 from electra_jax import data, fileio, sharding
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.finetune import features as features_lib
-from electra_jax.finetune import heads, squad, tasks
+from electra_jax.finetune import files, heads, squad, tasks
 from electra_jax.finetune.config import FinetuneConfig, SquadConfig, load as load_config
 
 INPUTS = ('input_ids', 'segment_ids', 'input_mask')
@@ -239,9 +239,9 @@ def predict_main(config, workdir: str):
     raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
   print(f'predicting with seed {predictor.seed} of {workdir} (the best on dev)', file=sys.stderr)
   if c.predict_input == '-':
-    lines = sys.stdin.read().splitlines()
+    lines = files.split_lines(sys.stdin.read())
   else:
-    lines = fileio.path(c.predict_input).read_text().splitlines()
+    lines = files.split_lines(fileio.path(c.predict_input).read_text())
   lines = [line for line in lines if line.strip()]
   kind = predictor.task.kind
   inputs = [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
