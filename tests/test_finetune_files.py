@@ -229,6 +229,33 @@ def test_local_tsv_errors(tmp_path):
     tasks.get_task(str(tmp_path))
 
 
+def test_local_tsv_empty_files_empty_labels_and_tabs_ending_rows(tmp_path):
+  (tmp_path / 'train.tsv').write_text('1\tgood film\t\n0\tbad film\t \t\n', encoding='utf-8')
+  (tmp_path / 'dev.tsv').write_text('label\tsentence\n', encoding='utf-8')
+  task = tasks.get_task(str(tmp_path))
+  # A tab ending a row is no empty second sentence: still a single-sentence task.
+  assert [(e.texts, e.label) for e in tasks.read(task, 'train')] == [(('good film',), '1'), (('bad film',), '0')]
+  # A header-only (or empty) dev file is refused, not scored 0.
+  with pytest.raises(DataError, match=r'dev.tsv holds no examples \(it is empty or only a header\)'):
+    tasks.read(task, 'validation')
+  (tmp_path / 'dev.tsv').write_text('', encoding='utf-8')
+  with pytest.raises(DataError, match='dev.tsv holds no examples'):
+    tasks.read(task, 'validation')
+  # An empty label is a class '' nowhere but in a test file (unlabelled there).
+  (tmp_path / 'dev.tsv').write_text('1\tnice\n\tbad\n', encoding='utf-8')
+  with pytest.raises(DataError, match='dev.tsv line 2: the label is empty; only a test file may leave labels empty'):
+    tasks.read(task, 'validation')
+  (tmp_path / 'train.tsv').write_text('1\tgood film\n\tbad film\n0\tawful film\n', encoding='utf-8')
+  with pytest.raises(DataError, match='train.tsv line 2: the label is empty'):
+    tasks.get_task(str(tmp_path))
+  conll = tmp_path / 'conll'
+  conll.mkdir()
+  (conll / 'train.conll').write_text('EU\tB-ORG\n', encoding='utf-8')
+  (conll / 'dev.conll').write_text('\n', encoding='utf-8')
+  with pytest.raises(DataError, match='dev.conll holds no examples'):
+    tasks.read(tasks.get_task(str(conll)), 'validation')
+
+
 def test_local_regression_targets_must_be_finite_numbers(tmp_path):
   (tmp_path / 'train.tsv').write_text('0.5\ta\n1.5\tb\n', encoding='utf-8')
   (tmp_path / 'dev.tsv').write_text('0.25\tc\nabc\td\n', encoding='utf-8')

@@ -9,10 +9,11 @@
   SQuAD                train-v1.1.json / dev-v1.1.json, train-v2.0.json / dev-v2.0.json as downloaded.
 
 Bad input is a DataError naming the file, the line and the fix (`cli` prints it as one line): a wrong number of
-columns, a header of GLUE's format in a task directory, a dev/test label the training file does not have, a
-regression target that is not a number or is out of range. Nothing is skipped silently. One exception, said in a
-warning line: GLUE's own files have a few rows with a stray tab (QQP's train.tsv), which the official reader logs
-and skips, and so does `glue_examples`, unless more than 1% of a file's rows are malformed.
+columns, a header of GLUE's format in a task directory, a dev/test label the training file does not have, an empty
+label outside a test file, a regression target that is not a number or is out of range. Nothing is skipped
+silently. One exception, said in a warning line: GLUE's own files have a few rows with a stray tab (QQP's
+train.tsv), which the official reader logs and skips, and so does `glue_examples`, unless more than 1% of a file's
+rows are malformed.
 """
 
 import csv
@@ -121,8 +122,12 @@ def _looks_like_glue_header(cells: list[str]) -> bool:
 
 
 def local_tsv_rows(path: str) -> list[tuple[int, list[str]]]:
-  """(line number, [label, sentence(, sentence2)]) of a task directory's TSV, its `label...` header dropped."""
+  """(line number, [label, sentence(, sentence2)]) of a task directory's TSV, its `label...` header dropped, and
+  empty cells at a row's end too (a tab ending the row would make a sentence a pair with an empty second one)."""
   rows = read_tsv(path)
+  for _, row in rows:
+    while not row[-1].strip():  # read_tsv keeps only rows with a non-blank cell
+      row.pop()
   if rows and rows[0][1][0].strip().lower() == 'label':
     rows = rows[1:]
   elif rows and _looks_like_glue_header(rows[0][1]):
@@ -140,7 +145,7 @@ def local_tsv_rows(path: str) -> list[tuple[int, list[str]]]:
 
 def local_text_examples(path: str, regression: bool, labels: tuple[str, ...] | None, test: bool) -> list[TextExample]:
   """A task directory's TSV. `labels` (dev/test): the training file's classes, any other label is a DataError;
-  test files may leave the label empty (unlabelled)."""
+  only test files may leave the label empty (unlabelled)."""
   examples = []
   guid = os.path.basename(path)
   for number, row in local_tsv_rows(path):
@@ -148,6 +153,9 @@ def local_text_examples(path: str, regression: bool, labels: tuple[str, ...] | N
     where = f'{path} line {number}'
     if test and not label:
       label = None
+    elif not label:
+      raise DataError(f'{where}: the label is empty; only a test file may leave labels empty (unlabelled): fix '
+                      'the line')
     elif regression:
       label = parse_number(label, where)
     elif labels is not None and label not in labels:

@@ -207,7 +207,7 @@ def _file_task(directory: str, kind: str) -> Task:
     chosen = ('span_f1', 'token_accuracy') if metrics.is_bio(tags) else ('token_accuracy',)
     return Task(name=name, kind=TAGGING, source='files', location=directory, labels=tuple(tags), metrics=chosen,
                 test_splits=tests)
-  labels = [row[0].strip() for _, row in files.local_tsv_rows(train)]
+  labels = [e.label for e in files.local_text_examples(train, False, None, test=False)]
   if not kind:
     numbers = bool(labels) and all(_is_number(x) for x in labels)
     # nan and inf are not integers: regression targets, which reading refuses in one line (not finite).
@@ -280,9 +280,13 @@ def read(task: Task, split: str, *, data_dir: str = '') -> list:
     if path is None:
       raise DataError(f'task directory {task.location} has no {split} file')
     if task.kind == TAGGING:
-      return files.conll_examples(path)
-    return files.local_text_examples(path, task.kind == REGRESSION, None if split == 'train' else task.labels,
-                                     test=split.startswith('test'))
+      examples = files.conll_examples(path)
+    else:
+      examples = files.local_text_examples(path, task.kind == REGRESSION, None if split == 'train' else task.labels,
+                                           test=split.startswith('test'))
+    if not examples:  # an empty dev file would be scored 0 on nothing
+      raise DataError(f'{path} holds no examples (it is empty or only a header); give it at least one')
+    return examples
   if task.source == 'glue_dir':
     return files.glue_examples(task.location, files.GLUE_FORMATS[task.name], split, task.labels, task.target_range)
   if task.source == 'squad_dir':
