@@ -268,6 +268,14 @@ def test_workdirs_of_other_runs_are_refused(tmp_path, corpus_file, cache_dir):
   changed['optimizer']['learning_rate'] = 1e-4
   with pytest.raises(config_lib.ConfigError, match=r'other settings \(optimizer.learning_rate: 0.002 -> 0.0001\)'):
     train.check_workdir(str(workdir), changed, task)
+  # A run saved before a key existed (squad.na_threshold) resumes while the key keeps its default, not with another.
+  del saved['config']['squad']['na_threshold']
+  (workdir / 'finetune.json').write_text(json.dumps(saved), encoding='utf-8')
+  train.check_workdir(str(workdir), config, task)
+  changed = json.loads(json.dumps(config))
+  changed['squad']['na_threshold'] = 0.0
+  with pytest.raises(config_lib.ConfigError, match=r'other settings \(squad.na_threshold: -2.75 -> 0.0\)'):
+    train.check_workdir(str(workdir), changed, task)
 
 
 def test_a_workdir_of_another_directory_of_the_same_name_is_refused(tmp_path, monkeypatch):
