@@ -8,7 +8,9 @@ A workdir is what the trainer writes: config.json (every key of configs/default.
 checkpoints/<step>/ holding a TrainState. An import is step 0 with a fresh optimiser state: ready to fine-tune
 (`electra_jax.pretrained.load_params`) or to continue pre-training. An export writes HF_DIR/discriminator
 (ElectraForPreTraining) and HF_DIR/generator (ElectraForMaskedLM), each config.json + model.safetensors, and the
-workdir's tokenizer as a fast tokenizer that transformers' AutoTokenizer loads (see `hf_tokenizer`).
+workdir's tokenizer as a fast tokenizer that transformers' AutoTokenizer loads (see `hf_tokenizer`). A run with no
+generator of its own (electra_frozen) exports its discriminator alone; one whose discriminator-sized model has an
+MLM head instead of the replaced-token detection head (mlm, replace_mlm, all_tokens_mlm) is refused.
 
 Names: `hf_name` and `tf_name` map one of our parameter paths to its name in the other format. Imports invert them
 by enumerating our own parameter tree, so each mapping is written once and serves both directions. Our two towers
@@ -31,7 +33,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, optimizer, pretrained
+from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, objective, optimizer, pretrained
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra, fold_embeddings_delta
@@ -510,10 +512,18 @@ def hf_state_dicts(params: dict) -> dict[str, dict[str, np.ndarray]]:
   return state_dicts
 
 
-def export_hf(workdir: str, out: str, *, step: int | None = None):
-  """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories."""
+def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
+  """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories (only
+  `out`/discriminator for a run with no generator of its own: electra_frozen). Returns the directories written."""
   from safetensors.numpy import save  # noqa: PLC0415
   config, params = pretrained.load_params(workdir, step)
+  trained = objective.get(config.objective.name)
+  if trained.discriminator_head != 'rtd':  # ElectraForPreTraining would load without its head and draw one
+    exportable = [name for name, o in objective.OBJECTIVES.items() if o.discriminator_head == 'rtd']
+    raise ConversionError(
+        f'{workdir} was pre-trained with objective.name={config.objective.name!r}, whose discriminator-sized model '
+        'has an MLM head, not the replaced-token detection head of ElectraForPreTraining: the export takes runs of '
+        f'{", ".join(exportable)}. Fine-tune this one from the workdir directly (--config.init_checkpoint)')
   if config.model.tying not in ('embeddings', 'gdes'):  # gdes: the delta is folded into the discriminator
     raise ConversionError(
         f'{workdir} was trained with model.tying={config.model.tying!r}; the export writes the Hugging Face pair '
@@ -523,7 +533,10 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
   if tokenizer:
     hf_tokenizer.to_hf(tokenizer)  # one it cannot convert fails here, before anything is written
   configs = hf_configs(config.model, tokenizer.special.pad if tokenizer else 0)  # HF's configs record [PAD]
+  written = []
   for what, state_dict in hf_state_dicts(params).items():
+    if what == GEN and not trained.with_generator:  # it would hold the embeddings alone
+      continue
     directory = fileio.path(out) / what
     with fileio.atomic_writer(directory / 'model.safetensors') as f:
       f.write(save(state_dict, metadata={'format': 'pt'}))
@@ -531,6 +544,8 @@ def export_hf(workdir: str, out: str, *, step: int | None = None):
     if tokenizer:  # its own file (for SentencePiece or BERT code) and the fast tokenizer AutoTokenizer loads
       tokenizer.save(directory)
       hf_tokenizer.save(tokenizer, directory, max_length=config.model.max_position_embeddings)
+    written.append(os.fspath(directory))
+  return written
 
 
 def _workdir_tokenizer(workdir: str) -> data.tokenizer.Tokenizer | None:
@@ -578,8 +593,12 @@ def _convert(args):
     import_tf(args.from_tf, args.out, vocab=args.vocab, seed=args.seed)
     print(f'wrote {fileio.path(args.out)}')
   else:
-    export_hf(args.checkpoint, args.to_hf, step=args.step)
-    print(f'wrote {fileio.path(args.to_hf) / DISC} and {fileio.path(args.to_hf) / GEN}')
+    written = export_hf(args.checkpoint, args.to_hf, step=args.step)
+    if len(written) == 1:
+      print(f'wrote {written[0]} only: the run has no generator of its own (electra_frozen samples from another '
+            'run\'s, objective.generator_checkpoint)')
+    else:
+      print(f'wrote {" and ".join(written)}')
 
 
 if __name__ == '__main__':

@@ -13,7 +13,7 @@ from flax import traverse_util
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from electra_jax import checkpoint, config_files, convert, masking, pretrained, sharding  # noqa: E402
+from electra_jax import checkpoint, config_files, convert, masking, objective, pretrained, sharding  # noqa: E402
 from electra_jax.config import ModelConfig, ObjectiveConfig  # noqa: E402
 from electra_jax.model import Electra  # noqa: E402
 from electra_jax.train_step import Pretraining  # noqa: E402
@@ -257,6 +257,43 @@ def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   np.testing.assert_allclose(float(metrics['gen_loss'][0]), gen_loss, rtol=1e-5)
   np.testing.assert_allclose(float(metrics['disc_loss'][0]), disc_loss, rtol=1e-5)
   np.testing.assert_allclose(float(loss), gen_loss + 50 * disc_loss, rtol=1e-5, atol=1e-4)
+
+
+def objective_workdir(path, name):
+  """A workdir holding random parameters of the model objective `name` trains, as its run would have saved it."""
+  params = jax.tree.map(lambda s: np.random.default_rng(0).normal(0, 0.1, s.shape).astype(np.float32),
+                        pretrained.abstract_params(objective.get(name).model(ModelConfig(**MODEL_SECTION))))
+  os.makedirs(f'{path}_tokenizer')
+  write_tokenizer_files(f'{path}_tokenizer')
+  convert.write_workdir(str(path), MODEL_SECTION, params, tokenizer_dir=f'{path}_tokenizer')
+  config = json.loads((path / 'config.json').read_text())
+  config['objective'].update(name=name, generator_checkpoint=str(path) if name == 'electra_frozen' else '')
+  (path / 'config.json').write_text(json.dumps(config))
+  return params
+
+
+def test_export_refuses_mlm_heads_and_writes_no_generator_for_electra_frozen(tmp_path, capsys):
+  """ElectraForPreTraining's head detects replaced tokens: a run whose discriminator-sized model has an MLM head
+  instead is refused (transformers would draw the head at random); electra_frozen, which has no generator of its
+  own, exports its discriminator alone (not a generator/ holding only the embeddings)."""
+  for name in ('mlm', 'replace_mlm'):
+    objective_workdir(tmp_path / name, name)
+    with pytest.raises(SystemExit) as exit_info:
+      convert.main(['--checkpoint', str(tmp_path / name), '--to-hf', str(tmp_path / f'hf_{name}')])
+    assert exit_info.value.code == 1
+    error = capsys.readouterr().err
+    assert f"objective.name='{name}'" in error and 'electra, electra_15, electra_adversarial, electra_frozen' in error
+    assert not os.path.exists(tmp_path / f'hf_{name}')
+
+  params = objective_workdir(tmp_path / 'frozen', 'electra_frozen')
+  convert.main(['--checkpoint', str(tmp_path / 'frozen'), '--to-hf', str(tmp_path / 'hf')])
+  assert 'discriminator only: the run has no generator of its own' in capsys.readouterr().out
+  assert os.listdir(tmp_path / 'hf') == ['discriminator']
+  disc, info = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / 'hf' / 'discriminator'),
+                                                                  output_loading_info=True)
+  assert not info['missing_keys'] and not info['unexpected_keys'] and not info['mismatched_keys']
+  np.testing.assert_array_equal(disc.discriminator_predictions.dense_prediction.bias.detach().numpy(),
+                                params['discriminator']['discriminator_predictions']['dense_prediction']['bias'])
 
 
 def test_tf_names_follow_google_checkpoints_and_invert():
