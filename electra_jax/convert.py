@@ -417,6 +417,18 @@ def _do_lower_case(directory) -> bool | None:
   return None
 
 
+def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> tuple[str | None, str | None]:
+  """(the file `write_workdir` reads the tokenizer from, its name in the workdir), or (None, None): the first of
+  tokenizer.model, vocab.txt (`vocab_file` if given) and tokenizer.json in `tokenizer_dir` (an HF directory may
+  hold several)."""
+  for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
+    if name == 'vocab.txt' and vocab_file:
+      return vocab_file, name
+    if tokenizer_dir and (fileio.path(tokenizer_dir) / name).is_file():
+      return os.fspath(fileio.path(tokenizer_dir) / name), name
+  return None, None
+
+
 def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None,
                   vocab_file: str | None = None):
   """Writes `out` as the trainer would: config.json, tokenizer files (those in `tokenizer_dir`, or `vocab_file`)
@@ -428,17 +440,21 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   config.data.vocab_size = config.model.vocab_size
-  copied = _copy_tokenizer_files(tokenizer_dir, out) if tokenizer_dir else []
+  source, name = _tokenizer_file(tokenizer_dir, vocab_file)
+  if source:  # checked before anything is written: with another size, ids name rows that are not their tokens'
+    size = data.tokenizer.load(source).vocab_size
+    if size != config.model.vocab_size:
+      raise ConversionError(f'the tokenizer {source} holds {size} tokens but the word embeddings have '
+                            f'{config.model.vocab_size} rows: give the tokenizer the model was trained with')
+  if tokenizer_dir:
+    _copy_tokenizer_files(tokenizer_dir, out)
   if vocab_file:
     fileio.copy(fileio.path(vocab_file), out / 'vocab.txt')
-    copied.append('vocab.txt')
-  for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
-    if name in copied:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-      tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
-      tokenizer.save(out)
-      # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is moved.
-      config.data.update(vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
-      break
+  if source:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
+    tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
+    tokenizer.save(out)
+    # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is moved.
+    config.data.update(vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
   c = config_lib.load(config)
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
   params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is

@@ -155,6 +155,16 @@ def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tm
                                 disc.electra.embeddings.LayerNorm.bias.detach().numpy())
 
 
+def test_import_refuses_a_tokenizer_of_another_size_before_writing(tmp_path, capsys):
+  disc_dir, gen_dir = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
+  (tmp_path / 'hf_disc' / 'vocab.txt').write_text('\n'.join(VOCAB + [f'extra{i}' for i in range(20)]) + '\n')
+  with pytest.raises(SystemExit) as exit_info:
+    convert.main(['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', str(tmp_path / 'run')])
+  assert exit_info.value.code == 1
+  assert f'{disc_dir}/vocab.txt holds 120 tokens but the word embeddings have 100 rows' in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / 'run')
+
+
 def random_workdir(path, model_section, seed=0):
   """A workdir holding our own model with random parameters, and a WordPiece vocabulary."""
   model = ModelConfig(**model_section)
