@@ -19,6 +19,7 @@ takes the discriminator's (and warns if the generator's differs).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -417,6 +418,30 @@ def _do_lower_case(directory) -> bool | None:
   return None
 
 
+@contextlib.contextmanager
+def _removed_on_failure(directory):
+  """Runs the block that writes into `directory`; if it raises or is interrupted (Ctrl-C), removes what the block
+  added there: all of `directory` if it did not exist before, else the entries that were not there. Nothing that
+  was there before is removed, so a rerun finds the directory as the failed command did."""
+  directory = fileio.path(directory)
+  existed = directory.exists()
+  before = {entry.name for entry in directory.iterdir()} if directory.is_dir() else set()
+  try:
+    yield
+  except BaseException:
+    if not existed:
+      fileio.rmtree(directory)
+    elif directory.is_dir():
+      for entry in directory.iterdir():
+        if entry.name in before:
+          continue
+        if entry.is_dir():
+          fileio.rmtree(entry)
+        else:
+          entry.unlink()
+    raise
+
+
 def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> tuple[str | None, str | None]:
   """(the file `write_workdir` reads the tokenizer from, its name in the workdir), or (None, None): the first of
   tokenizer.model, vocab.txt (`vocab_file` if given) and tokenizer.json in `tokenizer_dir` (an HF directory may
@@ -446,23 +471,27 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
     if size != config.model.vocab_size:
       raise ConversionError(f'the tokenizer {source} holds {size} tokens but the word embeddings have '
                             f'{config.model.vocab_size} rows: give the tokenizer the model was trained with')
-  if tokenizer_dir:
-    _copy_tokenizer_files(tokenizer_dir, out)
-  if vocab_file:
-    fileio.copy(fileio.path(vocab_file), out / 'vocab.txt')
-  if source:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-    tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
-    tokenizer.save(out)
-    # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is moved.
-    config.data.update(vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
-  c = config_lib.load(config)
-  tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
-  params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
-  state = TrainState(jnp.zeros((), jnp.int32), params, _run_once_on_cpu(tx.init, params))
-  checkpointer = checkpoint.Checkpointer(out)
-  checkpointer.save(0, state, {})  # no data position: a run from it starts at the start of its data
-  checkpointer.close()
-  fileio.write_json(out / 'config.json', config.to_dict())
+  with _removed_on_failure(out):  # an interrupted import leaves no checkpoints/ that would refuse the rerun
+    if tokenizer_dir:
+      _copy_tokenizer_files(tokenizer_dir, out)
+    if vocab_file:
+      fileio.copy(fileio.path(vocab_file), out / 'vocab.txt')
+    if source:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
+      tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
+      tokenizer.save(out)
+      # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is
+      # moved.
+      config.data.update(vocab_size=config.model.vocab_size, lowercase=tokenizer.lowercase)
+    c = config_lib.load(config)
+    tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
+    params = jax.device_put(params, jax.devices('cpu')[0])  # written from the host, whatever accelerator there is
+    state = TrainState(jnp.zeros((), jnp.int32), params, _run_once_on_cpu(tx.init, params))
+    checkpointer = checkpoint.Checkpointer(out)
+    try:
+      checkpointer.save(0, state, {})  # no data position: a run from it starts at the start of its data
+    finally:
+      checkpointer.close()  # waits for orbax's background write: none may go on in what a failure removes
+    fileio.write_json(out / 'config.json', config.to_dict())
 
 
 def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):

@@ -165,6 +165,30 @@ def test_import_refuses_a_tokenizer_of_another_size_before_writing(tmp_path, cap
   assert not os.path.exists(tmp_path / 'run')
 
 
+def test_an_interrupted_import_can_be_rerun_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
+  """Ctrl-C while the checkpoint is written: the CLI says to run the same command again, which must then work (no
+  checkpoints/ left that reads as a run), whether --out was new or already held the user's own files."""
+  disc_dir, gen_dir = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
+  (tmp_path / 'existing').mkdir()
+  (tmp_path / 'existing' / 'notes.txt').write_text('mine')
+  save = checkpoint.Checkpointer.save
+  def interrupted(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    raise KeyboardInterrupt
+  for out, left in ((tmp_path / 'new', None), (tmp_path / 'existing', ['notes.txt'])):
+    argv = ['--from-hf', disc_dir, '--from-hf-generator', gen_dir, '--out', str(out)]
+    with monkeypatch.context() as patch:
+      patch.setattr(checkpoint.Checkpointer, 'save', interrupted)
+      with pytest.raises(SystemExit) as exit_info:
+        convert.main(argv)
+    assert exit_info.value.code == 130 and 'run the same command again' in capsys.readouterr().err
+    assert (sorted(os.listdir(out)) if out.exists() else None) == left
+    convert.main(argv)
+    assert (out / 'notes.txt').exists() == (left is not None)
+    config, _ = pretrained.load_params(str(out))
+    assert config.model.hidden_size == 64
+
+
 def random_workdir(path, model_section, seed=0):
   """A workdir holding our own model with random parameters, and a WordPiece vocabulary."""
   model = ModelConfig(**model_section)
