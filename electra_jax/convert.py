@@ -561,6 +561,9 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
   """An electra_jax workdir -> `out`/discriminator and `out`/generator Hugging Face model directories (only
   `out`/discriminator for a run with no generator of its own: electra_frozen). Returns the directories written."""
   from safetensors.numpy import save  # noqa: PLC0415
+  for what in (DISC, GEN):  # writing over another export would mix its files (a tokenizer of another kind) in
+    if (fileio.path(out) / what).exists():
+      raise ConversionError(f'{fileio.path(out) / what} already exists: give a new --to-hf directory, or remove it')
   config, params = pretrained.load_params(workdir, step)
   trained = objective.get(config.objective.name)
   if trained.discriminator_head != 'rtd':  # ElectraForPreTraining would load without its head and draw one
@@ -579,17 +582,18 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
     hf_tokenizer.to_hf(tokenizer)  # one it cannot convert fails here, before anything is written
   configs = hf_configs(config.model, tokenizer.special.pad if tokenizer else 0)  # HF's configs record [PAD]
   written = []
-  for what, state_dict in hf_state_dicts(params).items():
-    if what == GEN and not trained.with_generator:  # it would hold the embeddings alone
-      continue
-    directory = fileio.path(out) / what
-    with fileio.atomic_writer(directory / 'model.safetensors') as f:
-      f.write(save(state_dict, metadata={'format': 'pt'}))
-    fileio.write_json(directory / 'config.json', configs[what])
-    if tokenizer:  # its own file (for SentencePiece or BERT code) and the fast tokenizer AutoTokenizer loads
-      tokenizer.save(directory)
-      hf_tokenizer.save(tokenizer, directory, max_length=config.model.max_position_embeddings)
-    written.append(os.fspath(directory))
+  with _removed_on_failure(out):  # an interrupted export leaves no discriminator/ that would refuse the rerun
+    for what, state_dict in hf_state_dicts(params).items():
+      if what == GEN and not trained.with_generator:  # it would hold the embeddings alone
+        continue
+      directory = fileio.path(out) / what
+      with fileio.atomic_writer(directory / 'model.safetensors') as f:
+        f.write(save(state_dict, metadata={'format': 'pt'}))
+      fileio.write_json(directory / 'config.json', configs[what])
+      if tokenizer:  # its own file (for SentencePiece or BERT code) and the fast tokenizer AutoTokenizer loads
+        tokenizer.save(directory)
+        hf_tokenizer.save(tokenizer, directory, max_length=config.model.max_position_embeddings)
+      written.append(os.fspath(directory))
   return written
 
 

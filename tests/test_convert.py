@@ -293,6 +293,32 @@ def test_loss_equals_transformers_loss_for_fixed_corruption(imported):
   np.testing.assert_allclose(float(loss), gen_loss + 50 * disc_loss, rtol=1e-5, atol=1e-4)
 
 
+def test_export_refuses_an_existing_export_and_an_interrupted_one_can_be_rerun(tmp_path, monkeypatch, capsys):
+  """A second export into the same --to-hf would mix the first one's files (its tokenizer) into the second's: it is
+  refused, nothing written. An export stopped by Ctrl-C leaves no discriminator/ behind, so that it can be rerun."""
+  random_workdir(tmp_path / 'ours', MODEL_SECTION)
+  (tmp_path / 'hf').mkdir()
+  (tmp_path / 'hf' / 'README.md').write_text('mine')
+  argv = ['--checkpoint', str(tmp_path / 'ours'), '--to-hf', str(tmp_path / 'hf')]
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+  with monkeypatch.context() as patch:
+    patch.setattr(convert.hf_tokenizer, 'save', interrupted)  # the discriminator's weights are written by then
+    with pytest.raises(SystemExit) as exit_info:
+      convert.main(argv)
+  assert exit_info.value.code == 130 and os.listdir(tmp_path / 'hf') == ['README.md']
+  convert.main(argv)
+  weights = (tmp_path / 'hf' / 'generator' / 'model.safetensors').read_bytes()
+  capsys.readouterr()
+
+  random_workdir(tmp_path / 'other', MODEL_SECTION, seed=1)
+  with pytest.raises(SystemExit) as exit_info:
+    convert.main(['--checkpoint', str(tmp_path / 'other'), '--to-hf', str(tmp_path / 'hf')])
+  assert exit_info.value.code == 1
+  assert f'{tmp_path}/hf/discriminator already exists: give a new --to-hf' in capsys.readouterr().err
+  assert (tmp_path / 'hf' / 'generator' / 'model.safetensors').read_bytes() == weights
+
+
 def objective_workdir(path, name):
   """A workdir holding random parameters of the model objective `name` trains, as its run would have saved it."""
   params = jax.tree.map(lambda s: np.random.default_rng(0).normal(0, 0.1, s.shape).astype(np.float32),
