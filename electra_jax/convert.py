@@ -159,10 +159,11 @@ def model_section_from_hf(disc: dict, gen: dict | None) -> dict:
   if gen is None:
     return model
   gen = _hf_config(gen, 'generator')
-  for key in ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size'):
+  # The towers share their embeddings in electra_jax, and model.layer_norm_eps is one value for all LayerNorms.
+  for key in ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size', 'layer_norm_eps'):
     if gen[key] != disc[key]:
-      raise ConversionError(f'generator {key}={gen[key]} but discriminator {key}={disc[key]}; they share '
-                            'their embeddings in electra_jax, so these must be equal')
+      raise ConversionError(f'generator {key}={gen[key]} but discriminator {key}={disc[key]}; electra_jax gives '
+                            'both one set of embeddings and one layer_norm_eps, so these must be equal')
   if not gen['tie_word_embeddings']:
     raise ConversionError('the generator does not tie its output layer to the word embeddings '
                           '(tie_word_embeddings=false); electra_jax always ties them')

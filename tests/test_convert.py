@@ -143,6 +143,16 @@ def test_import_refuses_a_generator_it_cannot_represent(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
 
 
+def test_import_refuses_a_generator_with_another_layer_norm_eps(tmp_path):
+  """electra_jax has one model.layer_norm_eps: the generator's would otherwise be replaced by the discriminator's."""
+  disc_dir, gen_dir = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
+  config = json.loads((tmp_path / 'hf_gen' / 'config.json').read_text())
+  (tmp_path / 'hf_gen' / 'config.json').write_text(json.dumps(dict(config, layer_norm_eps=1e-2)))
+  with pytest.raises(convert.ConversionError, match='generator layer_norm_eps=0.01 but discriminator layer_norm_eps'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'), generator_dir=gen_dir)
+  assert not os.path.exists(tmp_path / 'run')
+
+
 def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tmp_path):
   disc, gen = hf_models(*SIZES['E!=H'])
   with torch.no_grad():
