@@ -70,6 +70,9 @@ def load_config(workdir) -> config_lib.TrainConfig:
     raise CheckpointError(f'{workdir} has no config.json: give the --workdir of a pre-training run or the output '
                           'of `python -m electra_jax.convert`')
   values = json.loads(path.read_text())
+  if values.get('model_type') == 'electra':  # transformers' config.json: its keys are none of ours
+    raise CheckpointError(f'{workdir} is a Hugging Face model directory, not an electra_jax workdir: import it first '
+                          f'with python -m electra_jax.convert --from-hf {workdir} --out WORKDIR')
   vocab_size = None
   if not values.get('model', {}).get('vocab_size'):  # taken from the tokenizer when the run started
     vocab_size = tokenizer.load(workdir).vocab_size

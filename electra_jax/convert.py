@@ -495,10 +495,31 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
     fileio.write_json(out / 'config.json', config.to_dict())
 
 
+def _check_architecture(config: dict, directory: str, *, generator: bool):
+  """Refuses an HF directory given for the discriminator (or the `generator`) whose config.json names another model
+  class, with the flag it belongs to; a config without `architectures` is taken as given."""
+  wanted = 'ElectraForMaskedLM' if generator else 'ElectraForPreTraining'
+  architectures = config.get('architectures') or [wanted]
+  if wanted in architectures:
+    return
+  if architectures[0] == 'ElectraForMaskedLM':
+    raise ConversionError(f'{directory} is an ElectraForMaskedLM (a generator): pass it as --from-hf-generator, and '
+                          'the ElectraForPreTraining (the discriminator) as --from-hf')
+  if architectures[0] == 'ElectraForPreTraining':
+    raise ConversionError(f'{directory} is an ElectraForPreTraining (a discriminator): pass it as --from-hf, and '
+                          'the ElectraForMaskedLM (the generator) as --from-hf-generator')
+  flag, what = ('--from-hf-generator', 'generator') if generator else ('--from-hf', 'discriminator')
+  raise ConversionError(f'{directory} is a Hugging Face {architectures[0]}, but {flag} takes the pre-trained '
+                        f'{what} with its head, an {wanted} (such as google/electra-small-{what})')
+
+
 def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: int = 0):
   """HF ElectraForPreTraining (and ElectraForMaskedLM) directories -> an electra_jax workdir `out`."""
   disc_config = _read_json(fileio.path(hf_dir) / 'config.json')
+  _check_architecture(disc_config, hf_dir, generator=False)
   gen_config = _read_json(fileio.path(generator_dir) / 'config.json') if generator_dir else None
+  if gen_config:
+    _check_architecture(gen_config, generator_dir, generator=True)
   model_section = model_section_from_hf(disc_config, gen_config)
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_hf(model, read_hf_weights(hf_dir),

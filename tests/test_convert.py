@@ -153,6 +153,31 @@ def test_import_refuses_a_generator_with_another_layer_norm_eps(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
 
 
+def test_wrong_directories_say_in_one_line_which_flag_they_belong_to(tmp_path, capsys):
+  """A generator or a bare encoder given as --from-hf, a discriminator as --from-hf-generator, and an HF directory
+  given to --checkpoint: one error line saying what the directory is and what to do (no warning before it)."""
+  disc, gen = hf_models(*SIZES['E!=H'])
+  disc_dir, gen_dir = save_hf(tmp_path, disc, gen)
+  disc.electra.save_pretrained(tmp_path / 'encoder')
+  capsys.readouterr()  # transformers' progress bars
+  out = str(tmp_path / 'run')
+  for argv, expected in (
+      (['--from-hf', gen_dir, '--out', out], 'is an ElectraForMaskedLM (a generator): pass it as --from-hf-generator'),
+      (['--from-hf', disc_dir, '--from-hf-generator', disc_dir, '--out', out],
+       'is an ElectraForPreTraining (a discriminator): pass it as --from-hf,'),
+      (['--from-hf', str(tmp_path / 'encoder'), '--out', out],
+       'is a Hugging Face ElectraModel, but --from-hf takes the pre-trained discriminator with its head'),
+      (['--checkpoint', disc_dir, '--to-hf', str(tmp_path / 'hf')],
+       f'{disc_dir} is a Hugging Face model directory, not an electra_jax workdir: import it first with '
+       f'python -m electra_jax.convert --from-hf {disc_dir} --out WORKDIR')):
+    with pytest.raises(SystemExit) as exit_info:
+      convert.main(argv)
+    assert exit_info.value.code == 1
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and expected in error, error
+  assert not os.path.exists(out) and not os.path.exists(tmp_path / 'hf')
+
+
 def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tmp_path):
   disc, gen = hf_models(*SIZES['E!=H'])
   with torch.no_grad():
