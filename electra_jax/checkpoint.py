@@ -30,7 +30,8 @@ DIRECTORY = 'checkpoints'  # WORKDIR/DIRECTORY/<step>
 
 
 def started(workdir) -> bool:
-  """Whether a run started in `workdir`: it has the checkpoints/ directory a Checkpointer makes (maybe empty)."""
+  """Whether a run started in `workdir`: it has the checkpoints/ directory a writing Checkpointer makes (maybe
+  empty)."""
   return (fileio.path(workdir) / DIRECTORY).is_dir()
 
 
@@ -40,19 +41,25 @@ class Checkpointer:
   The `keep` latest checkpoints are kept, and those of the steps in `preserve`, whatever their age. Orbax writes
   each step under a temporary name and renames it when complete (on Cloud Storage, where nothing can be renamed,
   it marks it complete with a commit_success.txt written last), so a step is always whole; temporary ones left by
-  a crash are removed when the next run opens the directory. Once a step is complete, the size and sha256 of each
-  of its files (on Cloud Storage the CRC32C the service keeps) go to <step>/electra_checksums.json, checked before
-  the step is read: orbax itself reads damaged array bytes back as numbers.
+  a crash are removed when the next writer opens the directory. Once a step is complete, the size and sha256 of
+  each of its files (on Cloud Storage the CRC32C the service keeps) go to <step>/electra_checksums.json, checked
+  before the step is read: orbax itself reads damaged array bytes back as numbers.
+
+  `read_only` is for whoever only reads another run's checkpoints (fine-tuning, convert, detect, a continued run's
+  init_checkpoint): it creates no directory and removes no temporary one, since that may be the step a live run is
+  writing.
   """
 
-  def __init__(self, workdir, keep: int = 3, preserve: tuple[int, ...] = ()):
+  def __init__(self, workdir, keep: int = 3, preserve: tuple[int, ...] = (), *, read_only: bool = False):
     self.workdir = fileio.path(workdir)
     self.directory = self.workdir / DIRECTORY
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
+    # Not orbax's own read_only option: it logs a warning each time it opens a directory.
     self.manager = _Manager(
         self.directory, item_names=('state', 'data'),
-        options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True, cleanup_tmp_directories=True))
+        options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=not read_only,
+                                             cleanup_tmp_directories=not read_only))
     self._failed = False
     self._unrecorded = None  # the step being written: its checksums are recorded once it is complete
 

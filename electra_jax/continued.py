@@ -72,7 +72,7 @@ def check_workdir(config, workdir):
 def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
   """The continued run's step-0 TrainState: `fresh` (run.init_state's) with init_checkpoint's latest params and,
   with `init_optimizer`, its optimiser state (its learning-rate schedule restarted), each laid out as `run` says."""
-  checkpointer = checkpoint.Checkpointer(init_checkpoint)
+  checkpointer = checkpoint.Checkpointer(init_checkpoint, read_only=True)
   try:
     step = checkpointer.latest_step()
     if step is None:

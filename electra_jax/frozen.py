@@ -114,7 +114,7 @@ def initial_state(c: TrainConfig, run, state, source: Source, tokenizer=None):
     raise ConfigError(f'this run\'s tokenizer is not that of objective.generator_checkpoint {path}: the '
                       f'generator\'s embeddings are indexed by its own; set data.tokenizer={path}')
   step = c.objective.generator_step or latest_step(path)
-  checkpointer = checkpoint.Checkpointer(path)
+  checkpointer = checkpoint.Checkpointer(path, read_only=True)
   try:
     params = checkpointer.restore_params(step, run.abstract_state().params[PARAMS])
   finally:
@@ -126,7 +126,7 @@ def initial_state(c: TrainConfig, run, state, source: Source, tokenizer=None):
 
 def latest_step(path: str) -> int:
   """The newest checkpoint step of the pre-training WORKDIR `path`."""
-  checkpointer = checkpoint.Checkpointer(path)
+  checkpointer = checkpoint.Checkpointer(path, read_only=True)
   try:
     step = checkpointer.latest_step()
   finally:

@@ -36,7 +36,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.Train
   config = config_files.load_config(workdir)
   if not checkpoint.started(workdir):
     raise CheckpointError(f'{workdir} has no checkpoints/ directory: nothing to load')
-  checkpointer = Checkpointer(workdir)
+  checkpointer = Checkpointer(workdir, read_only=True)
   try:
     step = checkpointer.latest_step() if step is None else step
     if step is None:

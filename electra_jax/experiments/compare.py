@@ -274,7 +274,7 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
 def _saved_steps(workdir: str) -> set[int]:
   if not checkpoint.started(workdir):
     return set()
-  checkpointer = Checkpointer(workdir)
+  checkpointer = Checkpointer(workdir, read_only=True)
   steps = set(checkpointer.all_steps())
   checkpointer.close()
   return steps
