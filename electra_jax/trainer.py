@@ -144,6 +144,9 @@ def _prepare(config, workdir):
   config_dict = config.to_dict()
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')
+  if (workdir / 'finetune.json').exists():  # finetune.train's record of its run
+    raise config_lib.ConfigError(f'{workdir} holds a fine-tuning run (finetune.json); pre-training would write over '
+                                 'its tokenizer. Give another --workdir')
   data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)

@@ -266,6 +266,15 @@ def test_bad_corpus_is_one_clear_error(tmp_path, cache_dir, problem):
     trainer.train(tiny_config(str(path), cache_dir), tmp_path / 'work')
 
 
+def test_pretraining_into_a_finetuning_workdir_is_refused(tmp_path, corpus_file, cache_dir):
+  """A fine-tuning run's workdir keeps its tokenizer: pre-training there is refused before anything is written."""
+  (tmp_path / 'finetune.json').write_text('{}')
+  with pytest.raises(config_lib.ConfigError, match=r'holds a fine-tuning run \(finetune.json\); pre-training would '
+                     'write over its tokenizer'):
+    trainer.train(tiny_config(corpus_file, cache_dir), tmp_path)
+  assert os.listdir(tmp_path) == ['finetune.json']
+
+
 def test_vocab_size_mismatch_is_a_config_error(tmp_path, corpus_file, cache_dir):
   config = tiny_config(corpus_file, cache_dir, **{'model.vocab_size': 999})
   with pytest.raises(config_lib.ConfigError, match='tokenizer has 64 tokens'):
