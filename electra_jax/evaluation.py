@@ -78,6 +78,16 @@ def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking
   return metrics, logit_histograms(detection.disc_logits, detection.labels, detection.token_weights)
 
 
+def batch_count(examples, *, num_batches: int, batch_size: int) -> int:
+  """How many held-out batches an evaluation runs: `num_batches`, or as many as `examples` fill. Raises ConfigError
+  if they fill none (the trainer checks this before it writes anything)."""
+  count = min(num_batches, len(examples) // batch_size)
+  if not count:
+    raise ConfigError(f'the held-out text packs into {len(examples)} examples, fewer than one batch of '
+                      f'{batch_size}; raise data.eval_fraction or give more text as data.eval_source')
+  return count
+
+
 class Evaluator:
   """Evaluates a run's state on fixed held-out batches; `__call__(step, state)` returns {} when not due."""
 
@@ -89,10 +99,7 @@ class Evaluator:
     if examples is None or not every:
       self.batches = []
       return
-    count = min(num_batches, len(examples) // c.batch_size)
-    if not count:
-      raise ConfigError(f'the held-out text packs into {len(examples)} examples, fewer than one batch of '
-                        f'{c.batch_size}; raise data.eval_fraction or give more text as data.eval_source')
+    count = batch_count(examples, num_batches=num_batches, batch_size=c.batch_size)
     # The same rows every evaluation: drawn once with the run's seed, global batch i = chosen[i*B:(i+1)*B].
     chosen = np.random.default_rng(c.seed).choice(len(examples), count * c.batch_size, replace=False)
     local = c.batch_size // jax.process_count()

@@ -78,6 +78,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   compile_step = functools.partial(scaffold.compile_in_thread, 'the train step', run.compile)
   compiled = None if checkpoint.started(workdir) else compile_step()
   batches = _batches(c, tokenizer)
+  eval_examples = _eval_examples(c, tokenizer)  # checked to fill a batch before checkpoints/ is made
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
   if compiled is None and (checkpointer.latest_step() or 0) < c.train_steps:
     compiled = compile_step()
@@ -89,7 +90,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     checkpointer.close()
     return {}
   state = run.step_layout(state)  # checkpoints hold the tree, the step may take it otherwise (optimizer.flat_params)
-  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled)
+  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled, eval_examples)
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
   try:
@@ -182,7 +183,7 @@ def precompile(config, workdir: str):
   one after another and compiled at once (experiments.compare) share the host's cores."""
   c, run, tokenizer, _, _ = _prepare(config, workdir)
   train = scaffold.compile_in_thread('the train step', run.compile)
-  evaluator = _evaluator(c, run, tokenizer)
+  evaluator = _evaluator(c, run, _eval_examples(c, tokenizer))
 
   def wait() -> list[str]:
     _examples(c, tokenizer)  # packed into the data cache, where `train` finds them
@@ -190,10 +191,21 @@ def precompile(config, workdir: str):
   return wait
 
 
-def _evaluator(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, timer=None) -> evaluation.Evaluator:
-  """The run's held-out Evaluator (its evaluation step compiling in a thread from now on)."""
-  return evaluation.Evaluator(run, data.load_eval_examples(c.data, tokenizer, seed=c.seed) if c.eval_every else None,
-                              every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps, timer=timer)
+def _eval_examples(c: config_lib.TrainConfig, tokenizer):
+  """The run's held-out examples (None if it does not evaluate). Raises ConfigError if they fill no batch."""
+  if not c.eval_every:
+    return None
+  examples = data.load_eval_examples(c.data, tokenizer, seed=c.seed)
+  if examples is not None:
+    evaluation.batch_count(examples, num_batches=c.eval_batches, batch_size=c.batch_size)
+  return examples
+
+
+def _evaluator(c: config_lib.TrainConfig, run: train_step.Pretraining, examples, timer=None) -> evaluation.Evaluator:
+  """The run's held-out Evaluator of `examples` (`_eval_examples`), its evaluation step compiling in a thread from
+  now on."""
+  return evaluation.Evaluator(run, examples, every=c.eval_every, num_batches=c.eval_batches, last_step=c.train_steps,
+                              timer=timer)
 
 
 def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, checkpointer: Checkpointer, batches,
@@ -218,10 +230,11 @@ def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, check
 
 
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,
-           start: int, compiled):
+           start: int, compiled, eval_examples):
   """What comes once steps are about to run from step `start`: config.json and the tokenizer written to `workdir`,
-  the devices announced, the evaluation step compiling, the train step compiled (`compiled`: its compile, in a
-  thread), the metrics files and the progress bar opened. Returns (the run's base key, the Evaluator, the _Log)."""
+  the devices announced, the evaluation step compiling (on `eval_examples`, checked before anything was written),
+  the train step compiled (`compiled`: its compile, in a thread), the metrics files and the progress bar opened.
+  Returns (the run's base key, the Evaluator, the _Log)."""
   if jax.process_index() == 0:
     fileio.write_json(workdir / 'config.json', config_dict)
     tokenizer.save(workdir)
@@ -230,7 +243,7 @@ def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, wo
   log = _Log(c, workdir, start)
   rng = jax.device_put(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(c.seed), 1)),
                        sharding.replicated(run.mesh))
-  evaluator = _evaluator(c, run, tokenizer, log.timer)
+  evaluator = _evaluator(c, run, eval_examples, log.timer)
   # Both compiles end before the progress bar: its rate and ETA exclude them.
   compiled = compiled or scaffold.compile_in_thread('the train step', run.compile)
   for line in [compiled.result()[1], *evaluator.compiled()]:

@@ -275,6 +275,18 @@ def test_pretraining_into_a_finetuning_workdir_is_refused(tmp_path, corpus_file,
   assert os.listdir(tmp_path) == ['finetune.json']
 
 
+def test_held_out_text_short_of_a_batch_is_refused_before_anything_is_written(tmp_path, corpus_file, cache_dir,
+                                                                              monkeypatch):
+  """A refused command leaves no config.json or checkpoints/ behind, so the corrected one (a larger eval_fraction)
+  is not refused as a resume with other data settings."""
+  monkeypatch.setattr(trainer.scaffold, 'compile_in_thread', lambda *_: None)  # no step is needed to be refused
+  config = tiny_config(corpus_file, cache_dir, eval_every=4, **{'data.eval_fraction': 0.02})
+  with pytest.raises(config_lib.ConfigError, match=r'the held-out text packs into \d examples, fewer than one batch '
+                     'of 8; raise data.eval_fraction'):
+    trainer.train(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
+
+
 def test_vocab_size_mismatch_is_a_config_error(tmp_path, corpus_file, cache_dir):
   config = tiny_config(corpus_file, cache_dir, **{'model.vocab_size': 999})
   with pytest.raises(config_lib.ConfigError, match='tokenizer has 64 tokens'):
