@@ -23,17 +23,25 @@ from electra_jax.errors import TrainingError
 
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
+# Keys a resumed run must keep too, each refused with its saved value: the order of the examples depends on
+# the seed and on the batch size (a checkpoint's data position counts batches).
+KEPT_ON_RESUME = ('seed', 'batch_size')
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 _DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
              for section, cls in (('model', config_lib.ModelConfig), ('data', config_lib.DataConfig))}
 
 
 def _check_resume_config(workdir, config_dict: dict):
-  """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with."""
+  """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with, or
+  another value of a key in KEPT_ON_RESUME."""
   path = workdir / 'config.json'
   if not path.exists():
     return
   saved = json.loads(path.read_text())
+  for key in KEPT_ON_RESUME:
+    if key in saved and saved[key] != config_dict[key]:
+      raise config_lib.ConfigError(f'{workdir} holds a run with {key}={saved[key]}; resume with --config.{key}='
+                                   f'{saved[key]}, or start a new --workdir')
   for section in FROZEN_ON_RESUME:
     old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
     # A key added since the run started (absent from its config.json) is unchanged if it has its default value.

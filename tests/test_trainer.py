@@ -1,5 +1,6 @@
 """The training loop end to end: resume equality, preemption, NaN handling, bad input, the CLI."""
 
+import json
 import math
 import os
 import shutil
@@ -285,6 +286,19 @@ def test_held_out_text_short_of_a_batch_is_refused_before_anything_is_written(tm
                      'of 8; raise data.eval_fraction'):
     trainer.train(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()
+
+
+def test_resume_with_another_seed_or_batch_size_is_refused_naming_the_saved_value(tmp_path, corpus_file, cache_dir):
+  """The examples' order depends on both: a resume with another value would mix two orders (a built dataset) or
+  be refused as a changed corpus (text)."""
+  values = tiny_config(corpus_file, cache_dir).to_dict()
+  (tmp_path / 'config.json').write_text(json.dumps(values))
+  trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
+  for key, saved, other in (('seed', 0, 5), ('batch_size', 8, 16)):
+    assert values[key] == saved
+    with pytest.raises(config_lib.ConfigError, match=rf'holds a run with {key}={saved}; resume with '
+                                                     rf'--config.{key}={saved}, or start a new --workdir'):
+      trainer._check_resume_config(tmp_path, {**values, key: other})  # pylint: disable=protected-access
 
 
 def test_vocab_size_mismatch_is_a_config_error(tmp_path, corpus_file, cache_dir):
