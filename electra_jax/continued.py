@@ -22,6 +22,9 @@ from electra_jax.data import tokenizer as tokenizer_lib
 
 # Model keys that change no parameter's name or shape: the new run's config decides them.
 FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', 'attention', 'fused_qkv')
+# Optimizer keys that shape its state (the opt_state a checkpoint holds): what reads that state back (a resumed run,
+# init_optimizer) must have those it was written with.
+OPTIMIZER_STATE_KEYS = ('bias_correction',)
 
 
 def check_overrides(config, overrides: dict):
@@ -83,8 +86,9 @@ def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
     try:
       restored, _ = checkpointer.restore(step, abstract)
     except checkpoint.CheckpointError as e:
+      keys = ', '.join(f'optimizer.{k}' for k in OPTIMIZER_STATE_KEYS)
       raise checkpoint.CheckpointError(f'{e}; with init_optimizer the optimizer settings that shape its state '
-                                       '(optimizer.bias_correction) must be those it was written with') from None
+                                       f'({keys}) must be those it was written with') from None
   finally:
     checkpointer.close()
   return fresh.replace(params=restored.params, opt_state=_restart_schedule(restored.opt_state))

@@ -24,8 +24,9 @@ from electra_jax.errors import TrainingError
 # Config sections that must not change when a run is resumed (they define the parameters and their meaning).
 FROZEN_ON_RESUME = ('model', 'data')
 # Keys a resumed run must keep too, each refused with its saved value: the order of the examples depends on
-# the seed and on the batch size (a checkpoint's data position counts batches).
-KEPT_ON_RESUME = ('seed', 'batch_size')
+# the seed and on the batch size (a checkpoint's data position counts batches), and the optimizer keys that shape
+# its state decide whether the checkpoints read back.
+KEPT_ON_RESUME = ('seed', 'batch_size', *(f'optimizer.{k}' for k in continued.OPTIMIZER_STATE_KEYS))
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 _DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
              for section, cls in (('model', config_lib.ModelConfig), ('data', config_lib.DataConfig))}
@@ -39,9 +40,11 @@ def _check_resume_config(workdir, config_dict: dict):
     return
   saved = json.loads(path.read_text())
   for key in KEPT_ON_RESUME:
-    if key in saved and saved[key] != config_dict[key]:
-      raise config_lib.ConfigError(f'{workdir} holds a run with {key}={saved[key]}; resume with --config.{key}='
-                                   f'{saved[key]}, or start a new --workdir')
+    section, _, name = key.rpartition('.')
+    old, new = (saved.get(section) or {}, config_dict[section]) if section else (saved, config_dict)
+    if name in old and old[name] != new[name]:  # absent: saved before the key existed
+      raise config_lib.ConfigError(f'{workdir} holds a run with {key}={old[name]}; resume with --config.{key}='
+                                   f'{old[name]}, or start a new --workdir')
   for section in FROZEN_ON_RESUME:
     old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
     # A key added since the run started (absent from its config.json) is unchanged if it has its default value.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from electra_jax import checkpoint, config as config_lib, config_files, data, pretrained, train_step, trainer
-from helpers import REPO, final_params, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
+from helpers import REPO, final_params, override, read_metrics, sigterm_at_step  # pylint: disable=g-bad-import-order
 from helpers import tiny_pretraining_config as tiny_config, traced_functions
 
 # Most runs here share one tiny config: with a persistent compilation cache they compile it once.
@@ -288,17 +288,19 @@ def test_held_out_text_short_of_a_batch_is_refused_before_anything_is_written(tm
   assert not (tmp_path / 'run').exists()
 
 
-def test_resume_with_another_seed_or_batch_size_is_refused_naming_the_saved_value(tmp_path, corpus_file, cache_dir):
-  """The examples' order depends on both: a resume with another value would mix two orders (a built dataset) or
-  be refused as a changed corpus (text)."""
-  values = tiny_config(corpus_file, cache_dir).to_dict()
-  (tmp_path / 'config.json').write_text(json.dumps(values))
-  trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
-  for key, saved, other in (('seed', 0, 5), ('batch_size', 8, 16)):
-    assert values[key] == saved
+def test_resume_with_another_seed_batch_size_or_optimizer_state_is_refused_naming_the_saved_value(
+    tmp_path, corpus_file, cache_dir):
+  """The examples' order depends on the seed and batch size: a resume with another value would mix two orders (a
+  built dataset) or be refused as a changed corpus (text). optimizer.bias_correction shapes the optimiser state:
+  another value would read the checkpoints as unreadable ones."""
+  config = tiny_config(corpus_file, cache_dir)
+  (tmp_path / 'config.json').write_text(json.dumps(config.to_dict()))
+  trainer._check_resume_config(tmp_path, config.to_dict())  # pylint: disable=protected-access
+  for key, saved, other in (('seed', 0, 5), ('batch_size', 8, 16), ('optimizer.bias_correction', False, True)):
+    values = override(config.to_dict(), {key: other})
     with pytest.raises(config_lib.ConfigError, match=rf'holds a run with {key}={saved}; resume with '
                                                      rf'--config.{key}={saved}, or start a new --workdir'):
-      trainer._check_resume_config(tmp_path, {**values, key: other})  # pylint: disable=protected-access
+      trainer._check_resume_config(tmp_path, values)  # pylint: disable=protected-access
 
 
 def test_vocab_size_mismatch_is_a_config_error(tmp_path, corpus_file, cache_dir):
