@@ -11,6 +11,7 @@ own, the same command resumes it from that.
 """
 
 import dataclasses
+import os
 
 import jax.numpy as jnp
 import ml_collections
@@ -48,13 +49,16 @@ def check_overrides(config, overrides: dict):
 
 def adopt(config) -> ml_collections.ConfigDict:
   """`config` with init_checkpoint's model section (but `FREE_MODEL_KEYS`) and its tokenizer; `config` itself if
-  it has no init_checkpoint."""
+  it has no init_checkpoint. init_checkpoint and data.tokenizer (the same directory) are absolute, spelled alike
+  however the command line spelled it (relative, a trailing slash): a resume compares data.tokenizer with the one
+  config.json saved."""
   if not config.get('init_checkpoint'):
     return config
-  source_dir = config.init_checkpoint
+  source_dir = os.fspath(fileio.path(config.init_checkpoint))
   source = config_files.load_config(source_dir)
   tokenizer = tokenizer_lib.load(source_dir)  # raises DataError in one line if it has none
   values = config.to_dict()
+  values['init_checkpoint'] = source_dir
   model = dataclasses.asdict(source.model)
   model.update({k: values['model'][k] for k in FREE_MODEL_KEYS if k in values['model']})
   values['model'] = model

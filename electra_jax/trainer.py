@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import sys
 import time
 
@@ -50,6 +51,9 @@ def _check_resume_config(workdir, config_dict: dict):
     # A key added since the run started (absent from its config.json) is unchanged if it has its default value.
     old.update({k: _DEFAULTS[section][k] for k in set(new) - set(old) if k in _DEFAULTS[section]})
     old = {k: config_lib.current_value(k, v) for k, v in old.items()}  # a key's values before its type changed
+    for values in (old, new):  # one tokenizer path spelled two ways (a relative init_checkpoint, saved as typed)
+      if values.get('tokenizer'):
+        values['tokenizer'] = os.fspath(fileio.path(values['tokenizer']))
     if old != new:
       changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
       raise config_lib.ConfigError(

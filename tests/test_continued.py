@@ -224,6 +224,23 @@ def test_conflicting_model_override_and_own_workdir_are_refused(tmp_path):
     continued.check_overrides(_continue_config('', '', '', init_optimizer=True), {})
 
 
+def test_init_checkpoint_spelled_otherwise_resumes_as_the_same_source(tmp_path, monkeypatch):
+  """A trailing slash or a relative path names the same init_checkpoint: the run stores it (and its tokenizer,
+  data.tokenizer) absolute, and a workdir that saved it as typed resumes with another spelling."""
+  helpers.write_tokenizer_files(tmp_path)
+  convert.write_workdir(str(tmp_path / 'import'), dict(TF_MODEL), helpers.random_params(ModelConfig(**TF_MODEL)),
+                        vocab_file=str(tmp_path / 'vocab.txt'))
+  monkeypatch.chdir(tmp_path)
+  source = str(tmp_path / 'import')
+  for init in (source, source + '/', 'import', './import/'):
+    config = continued.adopt(_continue_config(init, '', ''))
+    assert config.init_checkpoint == config.data.tokenizer == source, init
+  saved = config.to_dict()
+  saved['data']['tokenizer'] = 'import/'  # as typed, before adopt made it absolute
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  trainer._check_resume_config(tmp_path, config.to_dict())  # pylint: disable=protected-access
+
+
 def test_init_optimizer_takes_the_moments_and_restarts_the_schedule(tmp_path):
   values = _continue_config('', '', '', **{'optimizer.bias_correction': True})
   values.model.update(TF_MODEL)
