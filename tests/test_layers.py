@@ -20,7 +20,7 @@ LAYERS = (
     ('config',),
     # Storage, data and the building blocks of a step.
     ('checkpoint', 'metrics', 'profiling', 'plot', 'data', 'compile_cache', 'hf_tokenizer', 'model', 'optimizer',
-     'sharding', 'scaffold', 'gpu_targets', 'flops'),
+     'sharding', 'scaffold', 'gpu_targets', 'tpu_targets', 'flops'),
     # A run's saved config; what every command's entry point shares.
     ('config_files', 'cli'),
     # What a run starts from besides its own init: another run's weights.
