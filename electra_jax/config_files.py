@@ -34,15 +34,19 @@ def packaged_dir() -> str | None:
 
 def resolve(path: str) -> str:
   """`path` if it exists; else, for a relative `configs/...` path, the packaged copy of that file if there is one
-  (and `configs` then imports as `electra_jax.configs`). Anything else is left for the loader to report."""
-  if os.path.exists(path) or not os.path.normpath(path).startswith(PREFIX):
+  (and `configs` then imports as `electra_jax.configs`), with its `:ARG` (configs/small.py:quickstart) kept.
+  Anything else is left for the loader to report."""
+  if os.path.exists(path):
+    return path
+  file, colon, arg = path.partition(':')  # the argument is get_config's, not part of the file name
+  if os.path.exists(file) or not os.path.normpath(file).startswith(PREFIX):
     return path
   directory = packaged_dir()
-  packaged = directory and os.path.join(directory, os.path.normpath(path)[len(PREFIX):])
+  packaged = directory and os.path.join(directory, os.path.normpath(file)[len(PREFIX):])
   if not packaged or not os.path.isfile(packaged):
     return path
   _import_as_configs(directory)
-  return packaged
+  return packaged + colon + arg
 
 
 def _import_as_configs(directory: str):

@@ -24,6 +24,18 @@ def test_a_path_that_exists_is_read_as_given(tmp_path, monkeypatch):
       'x', '--config.train_steps=3', '--config', 'mine.py']
 
 
+def test_a_preset_resolves_outside_a_clone(tmp_path, monkeypatch):
+  """`configs/small.py:quickstart` is the file configs/small.py and get_config's argument `quickstart`: from a
+  directory without configs/, the packaged file is found and the argument kept, in both forms of the flag."""
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.delitem(sys.modules, 'configs', raising=False)  # resolve points `configs` at the package: undone after
+  packaged = os.path.join(config_files.packaged_dir(), 'small.py')
+  assert config_files.resolve('configs/small.py:quickstart') == packaged + ':quickstart'
+  assert config_files.resolve_argv(['x', '--config', 'configs/small.py:quickstart']) == [
+      'x', '--config', packaged + ':quickstart']
+  assert config_files.resolve('configs/nope.py:quickstart') == 'configs/nope.py:quickstart'  # left for the loader
+
+
 @pytest.mark.slow
 def test_the_installed_package_carries_the_configs(tmp_path):
   """A wheel built from setup.py installs configs/ as electra_jax/configs and nothing named `configs` at the top
