@@ -40,7 +40,7 @@ def flags_parser(argv):
     sys.exit(0)
   except Exception as e:  # loading a config file runs the user's Python: any error is theirs to fix
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), '')
+    filename = _config_file(argv) or ''
     _exit_with(f'--config={filename} cannot be loaded ({type(e).__name__}: {lines[-1] if lines else ""}); give '
                'a config file such as configs/tiny.py or configs/finetune.py')
   if 'workdir' in flags.FLAGS and not flags.FLAGS.workdir and not flags.FLAGS.get_flag_value('show_config', False):
@@ -60,9 +60,19 @@ def _exit_with(message: str):
   sys.exit(2)
 
 
+def _config_file(argv: list[str]) -> str | None:
+  """The config file `argv` gives, as typed: `--config=FILE` or `--config FILE`; None if it gives none."""
+  for i, arg in enumerate(argv[1:], start=1):
+    if arg.startswith('--config='):
+      return arg[len('--config='):]
+    if arg == '--config' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
 def _flag_error(error: Exception, argv: list[str]) -> str:
   overrides = [a[2:].split('=', 1)[0] for a in argv[1:] if a.startswith('--config.')]
-  filename = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')), None)
+  filename = _config_file(argv)
   if overrides and filename is None:
     return (f'--{overrides[0]} sets a key of a config file: give the file too, e.g. '
             '--config=configs/finetune.py (fine-tuning, prediction) or --config=configs/tiny.py (pre-training)')
@@ -99,8 +109,8 @@ def _show(value) -> str:
 
 def _load_config(filename: str):
   """The config `--config=filename` names (FILE.py or FILE.py:ARG), or {} if it does not load."""
-  path, _, arg = filename.partition(':')
   try:
+    path, _, arg = config_files.resolve(filename).partition(':')  # outside a clone, the packaged configs/
     return runpy.run_path(path)['get_config'](*([arg] if arg else []))
   except Exception:  # pylint: disable=broad-except  (the flag's own error then says why)
     return {}

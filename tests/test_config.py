@@ -367,9 +367,10 @@ def test_config_module_imports_nothing_above_it():
                          'electra_jax.train_step', 'electra_jax.checkpoint', 'electra_jax.trainer'}
 
 
-def _command(module, *args):
-  return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO, capture_output=True, text=True,
-                        timeout=120, check=False)
+def _command(module, *args, cwd=REPO):
+  # PYTHONPATH: from another directory too, this checkout's electra_jax (not another one installed).
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=cwd, capture_output=True, text=True,
+                        timeout=120, check=False, env=dict(os.environ, PYTHONPATH=REPO))
 
 
 @pytest.mark.parametrize('module', ['electra_jax.main', 'electra_jax.experiments.compare'])
@@ -391,6 +392,33 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_key_type_and_value(overrid
   result = _command('electra_jax.main', '--config=configs/tiny.py', f'--workdir={tmp_path}', override)
   assert result.returncode == 2 and result.stderr == f'error: {message}\n'
   assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('where, args, message', [
+    ('clone', ['--config', 'configs/tiny.py', '--config.model.hidden_sise=3'],
+     'configs/tiny.py has no key model.hidden_sise (did you mean model.hidden_size?); '
+     '--config=configs/tiny.py --show_config lists every key'),
+    ('clone', ['--config', 'configs/tiny.py', '--config.data.lowercase=maybe'],
+     "--config.data.lowercase=maybe: data.lowercase takes true or false (configs/tiny.py sets true), not 'maybe'"),
+    ('clone', ['--config', 'configs/nope.py'],
+     "--config=configs/nope.py cannot be loaded (OSError: [Errno 2] No such file or directory: 'configs/nope.py'); "
+     'give a config file such as configs/tiny.py or configs/finetune.py'),
+    ('elsewhere', ['--config=configs/tiny.py', '--config.model.hidden_sise=3'],
+     'configs/tiny.py has no key model.hidden_sise (did you mean model.hidden_size?); '
+     '--config=configs/tiny.py --show_config lists every key'),
+    ('elsewhere', ['--config=configs/small.py:quickstart', '--config.data.lowercase=maybe'],
+     "--config.data.lowercase=maybe: data.lowercase takes true or false (configs/small.py:quickstart sets true), "
+     "not 'maybe'"),
+])
+def test_errors_name_the_config_file_in_either_form_and_outside_a_clone(where, args, message, tmp_path):
+  """`--config FILE` is the file as much as `--config=FILE`; from a directory without configs/ (an installed
+  electra_jax), the packaged file's keys and values make the same one line."""
+  elsewhere = tmp_path / 'elsewhere'
+  elsewhere.mkdir()
+  result = _command('electra_jax.main', *args, f'--workdir={tmp_path / "run"}',
+                    cwd=elsewhere if where == 'elsewhere' else REPO)
+  assert result.returncode == 2 and result.stderr == f'error: {message}\n'
+  assert not (tmp_path / 'run').exists()
 
 
 def test_rules_with_the_old_batch_name_are_refused():
