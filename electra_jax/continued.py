@@ -22,7 +22,8 @@ from electra_jax.config import ConfigError
 from electra_jax.data import tokenizer as tokenizer_lib
 
 # Model keys that change no parameter's name or shape: the new run's config decides them.
-FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', 'attention', 'fused_qkv')
+FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', 'attention', 'dropout_draw',
+                   'fused_qkv')
 # Optimizer keys that shape its state (the opt_state a checkpoint holds): what reads that state back (a resumed run,
 # init_optimizer) must have those it was written with.
 OPTIMIZER_STATE_KEYS = ('bias_correction',)

@@ -224,6 +224,18 @@ def test_conflicting_model_override_and_own_workdir_are_refused(tmp_path):
     continued.check_overrides(_continue_config('', '', '', init_optimizer=True), {})
 
 
+def test_the_dropout_draw_is_the_continued_runs_own(tmp_path):
+  """model.dropout_draw changes no parameter: a source whose config.json saved the value its GPU resolved
+  ('rbg_tower') neither refuses the default 'auto' nor pins the new run, on another machine, to its draw."""
+  helpers.write_tokenizer_files(tmp_path)
+  model = dict(TF_MODEL, dropout_draw='rbg_tower')
+  convert.write_workdir(str(tmp_path / 'import'), model, helpers.random_params(ModelConfig(**TF_MODEL)),
+                        vocab_file=str(tmp_path / 'vocab.txt'))
+  config = _continue_config(str(tmp_path / 'import'), '', '')
+  continued.check_overrides(config, {'model.dropout_draw': 'auto'})
+  assert continued.adopt(config).model.dropout_draw == 'auto'
+
+
 def test_init_checkpoint_spelled_otherwise_resumes_as_the_same_source(tmp_path, monkeypatch):
   """A trailing slash or a relative path names the same init_checkpoint: the run stores it (and its tokenizer,
   data.tokenizer) absolute, and a workdir that saved it as typed resumes with another spelling."""
