@@ -44,6 +44,30 @@ def test_steps_for_budget_by_hand():
   assert [compare.budget_name(b) for b in (5e12, 1.5e13, 4.5e13, 3e9)] == ['5e12', '1.5e13', '4.5e13', '3e09']
 
 
+def test_the_plan_announced_is_the_finetune_budgets_one():
+  """With finetune_budgets, `describe` states what `run` does: each pre-training stops at its largest fine-tuned
+  budget's step (stop_step) and only those budgets are fine-tuned (finetuned)."""
+  config = compare_cpu.get_config()  # budgets 5e12, 1.5e13, 4.5e13; 3 runs, 3 tasks, 3 seeds
+  config.finetune_budgets = (5e12,)
+  # compare_cpu's FLOPs per step (its docstring): electra 1.24e10, mlm 1.14e10. By hand, round(budget / per step):
+  # electra 403.2, 1209.7, 3629.0 -> 403, 1210, 3629 steps; mlm 438.6, 1315.8, 3947.4 -> 439, 1316, 3947.
+  electra, mlm = (1.24e10, (403, 1210, 3629)), (1.14e10, (439, 1316, 3947))
+  for per_step, steps in (electra, mlm):
+    assert tuple(compare.steps_for_budget(b, per_step) for b in config.flops_budgets) == steps
+  plans = [compare.Plan(name, ml_collections.ConfigDict({'objective': {'name': objective_name}}), per_step, steps)
+           for name, objective_name, (per_step, steps) in (('electra', 'electra', electra),
+                                                           ('electra_t2', 'electra', electra), ('mlm', 'mlm', mlm))]
+  assert [compare.stop_step(config, p) for p in plans] == [403, 403, 439]
+  lines = compare.describe(config, plans).splitlines()
+  assert lines[0] == 'compare: 3 runs x 3 FLOPs budgets (fine-tuned: 5e+12); fine-tuning on 3 tasks x 3 seeds'
+  # 403 x 1.24e10 = 4.9972e12; 439 x 1.14e10 = 5.0046e12; in all 2 x 4.9972e12 + 5.0046e12 = 1.4999e13.
+  assert lines[1].endswith('; one run of 403 steps (of its 3629-step schedule) = 4.997e+12 FLOPs')
+  assert lines[3].endswith('; one run of 439 steps (of its 3947-step schedule) = 5.005e+12 FLOPs')
+  # 3 runs x 1 budget + the from-scratch model = 4 initialisations, x 3 tasks = 12 fine-tunings.
+  assert lines[4] == ('  pre-training in all: 1.5e+13 FLOPs; fine-tuning: 4 initialisations (from scratch included) '
+                      'x 3 tasks = 12 runs of 3 seeds')
+
+
 def tiny_config(grammar_corpus, cache_dir, task_dir):
   config = compare_cpu.get_config()
   pretrain = config.pretrain

@@ -190,15 +190,20 @@ def stop_step(config, p: Plan) -> int:
 
 
 def describe(config, plans: list[Plan]) -> str:
-  """What the experiment will run: steps per budget and pre-training FLOPs per run, the fine-tuning count."""
-  lines = [f'compare: {len(plans)} runs x {len(config.flops_budgets)} FLOPs budgets; fine-tuning on '
+  """What `run` will run: steps per budget, each run's pre-training (to `stop_step`) and its FLOPs, and the
+  fine-tuning count (the `finetuned` budgets')."""
+  tuned = [b for b in config.flops_budgets if finetuned(config, b)]
+  subset = '' if len(tuned) == len(config.flops_budgets) else f' (fine-tuned: {", ".join(f"{b:.3g}" for b in tuned)})'
+  lines = [f'compare: {len(plans)} runs x {len(config.flops_budgets)} FLOPs budgets{subset}; fine-tuning on '
            f'{len(config.tasks)} tasks x {config.seeds} seeds']
   for p in plans:
     budgets = ', '.join(f'{b:.3g} -> {s} steps' for b, s in zip(config.flops_budgets, p.steps))
+    until = stop_step(config, p)
+    schedule = '' if until == max(p.steps) else f' (of its {max(p.steps)}-step schedule)'
     lines.append(f'  {p.name} ({p.config.objective.name}): {p.flops_per_step:.4g} FLOPs per step; {budgets}; '
-                 f'one run of {max(p.steps)} steps = {max(p.steps) * p.flops_per_step:.4g} FLOPs')
-  total = sum(max(p.steps) * p.flops_per_step for p in plans)
-  inits = len(plans) * len(config.flops_budgets) + 1
+                 f'one run of {until} steps{schedule} = {until * p.flops_per_step:.4g} FLOPs')
+  total = sum(stop_step(config, p) * p.flops_per_step for p in plans)
+  inits = len(plans) * len(tuned) + 1
   lines.append(f'  pre-training in all: {total:.4g} FLOPs; fine-tuning: {inits} initialisations (from scratch '
                f'included) x {len(config.tasks)} tasks = {inits * len(config.tasks)} runs of {config.seeds} seeds')
   return '\n'.join(lines)
