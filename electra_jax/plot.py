@@ -90,9 +90,10 @@ def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', colum
       held_out = [] if own_panel else _points(records, x, HELD_OUT + metric)
       color = None
       if points:
-        color = ax.plot(*zip(*points), label=label, linewidth=1.2)[0].get_color()
+        color = ax.plot(*zip(*points), label=label, linewidth=1.2, marker=_marker(points))[0].get_color()
       if held_out:
-        ax.plot(*zip(*held_out), '--', color=color, label=f'{label} (held-out)', linewidth=1.2)
+        ax.plot(*zip(*held_out), '--', color=color, label=f'{label} (held-out)', linewidth=1.2,
+                marker=_marker(held_out))
     ax.set_title(metric)
     ax.set_xlabel(x)
     ax.grid(alpha=0.3)
@@ -105,6 +106,12 @@ def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', colum
     figure.legend(list(handles.values()), list(handles), loc='outside upper center', ncols=min(len(handles), 4),
                   fontsize='small')
   return figure
+
+
+def _marker(points: list[tuple[float, float]]) -> str | None:
+  """A dot for a curve with one point to draw (one evaluation, one logged step, the others NaN), which as a line
+  alone would not show."""
+  return 'o' if sum(math.isfinite(x) and math.isfinite(y) for x, y in points) == 1 else None
 
 
 def _points(records: list[dict], x: str, metric: str) -> list[tuple[float, float]]:

@@ -90,6 +90,19 @@ def test_plot_draws_the_held_out_curves_dashed_beside_the_training_ones(tmp_path
   assert plot.choose_metrics(tuned) == ['accuracy']
 
 
+def test_plot_draws_a_curve_of_one_point_as_a_dot(tmp_path):
+  """A metric logged once (one held-out evaluation, a run one step in) or with one value not NaN is a line from a
+  point to itself: invisible without a marker. Curves of several points stay plain lines."""
+  records = [{'step': 1, 'loss': 9.0, 'disc_recall': float('nan')}, {'step': 2, 'loss': 8.0, 'eval_loss': 8.5},
+             {'step': 3, 'disc_recall': 0.1}]
+  panels = [ax for ax in plot.plot({'a': records}, ['loss', 'disc_recall']).axes if ax.get_visible()]
+  (train, held_out), (recall,) = [ax.get_lines() for ax in panels]
+  assert list(held_out.get_xdata()) == [2] and list(recall.get_xdata()) == [1, 3]
+  for line in (held_out, recall):
+    assert line.get_marker() not in ('None', '', ' ', None) and line.get_markersize() > 0
+  assert train.get_marker() == 'None'
+
+
 def test_plot_reads_a_directory_of_seeds_and_labels_runs_apart(tmp_path):
   for seed in (0, 1):
     _write_metrics(tmp_path / 'x' / 'rte' / f'seed_{seed}', [{'step': 1, 'loss': 1.0}])
