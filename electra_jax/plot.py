@@ -10,6 +10,7 @@ Errors print one line `error: ...` and exit with status 1.
 """
 
 import argparse
+import collections
 import math
 import os
 import sys
@@ -47,10 +48,13 @@ def find_runs(paths: list[str]) -> dict[str, str]:
       raise PlotError(f'{path} holds no {metrics_lib.FILE} (nor do its subdirectories): has the run logged a step yet?')
     for file in files:
       found[os.fspath(file)] = os.fspath(file)
-  # Label each run by the shortest tail of its directory that tells it from the others.
-  directories = {key: os.path.normpath(os.path.dirname(key)).split(os.sep) for key in found}
-  for depth in range(1, max(len(parts) for parts in directories.values()) + 1):
-    labels = {key: '/'.join(parts[-depth:]) for key, parts in directories.items()}
+  # Label each run by the shortest tail of its directory that tells it from the others; runs whose files share a
+  # directory (a.jsonl and b.jsonl side by side) by their files' paths, or one label would stand for both.
+  directory = {key: os.path.normpath(os.path.dirname(key)) for key in found}
+  shared = {d for d, count in collections.Counter(directory.values()).items() if count > 1}
+  places = {key: (os.path.normpath(key) if d in shared else d).split(os.sep) for key, d in directory.items()}
+  for depth in range(1, max(len(parts) for parts in places.values()) + 1):
+    labels = {key: '/'.join(parts[-depth:]) for key, parts in places.items()}
     if len(set(labels.values())) == len(labels):
       break
   return {labels[key]: path for key, path in found.items()}

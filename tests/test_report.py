@@ -111,6 +111,19 @@ def test_plot_reads_a_directory_of_seeds_and_labels_runs_apart(tmp_path):
   assert sorted(found) == ['x/rte/seed_0', 'x/rte/seed_1', 'y/rte/seed_0']
 
 
+def test_plot_labels_metrics_files_of_one_directory_by_their_names(tmp_path):
+  """Two metrics files side by side have the same directory: each is labelled by its file, not both by the
+  directory (one run would overwrite the other); a run alone in its directory keeps the directory's name."""
+  for name, loss in (('a', 1.0), ('b', 2.0)):
+    (tmp_path / 'same').mkdir(exist_ok=True)
+    (tmp_path / 'same' / f'{name}.jsonl').write_text(json.dumps({'step': 1, 'loss': loss}) + '\n')
+  _write_metrics(tmp_path / 'run', [{'step': 1, 'loss': 3.0}])
+  found = plot.find_runs([str(tmp_path / 'same' / 'a.jsonl'), str(tmp_path / 'same' / 'b.jsonl'),
+                          str(tmp_path / 'run')])
+  assert found == {'a.jsonl': str(tmp_path / 'same' / 'a.jsonl'), 'b.jsonl': str(tmp_path / 'same' / 'b.jsonl'),
+                   'run': str(tmp_path / 'run' / 'metrics.jsonl')}
+
+
 @pytest.mark.parametrize('make, args, message', [
     (lambda p: None, ['{p}/missing'], 'does not exist'),
     (lambda p: os.makedirs(p / 'empty'), ['{p}/empty'], 'holds no metrics.jsonl'),
