@@ -124,6 +124,15 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) ->
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
+def _whole_number(key: str, default: int, minimum: int, unit: str = '') -> int:
+  """Environment variable `key` (`default` when unset) as an int: anything but a whole number (of `unit`) of at
+  least `minimum` is a ConfigError in one line, not a traceback from int()."""
+  value = os.environ.get(key, str(default)).strip()
+  if not value.isdigit() or int(value) < minimum:
+    raise ConfigError(f'{key}={value} must be a whole number{f" of {unit}" if unit else ""}, at least {minimum}')
+  return int(value)
+
+
 def initialize_distributed():
   """Starts jax.distributed when this is one process of a multi-process job; a no-op otherwise.
 
@@ -141,22 +150,18 @@ def initialize_distributed():
   then they all abort).
   """
   env = os.environ
-  seconds = {}
-  for name, default in (('start', 300), ('heartbeat', 100), ('shutdown', 300)):
-    key = f'ELECTRA_JAX_{name.upper()}_TIMEOUT'
-    value = env.get(key, str(default))
-    if not value.isdigit() or int(value) < 1:
-      raise ConfigError(f'{key}={value} must be a whole number of seconds, at least 1')
-    seconds[name] = int(value)
+  seconds = {name: _whole_number(f'ELECTRA_JAX_{name.upper()}_TIMEOUT', default, 1, 'seconds')
+             for name, default in (('start', 300), ('heartbeat', 100), ('shutdown', 300))}
   timeouts = dict(initialization_timeout=seconds['start'] + 10,  # jax's own, after hosts.joined_within's line
                   heartbeat_timeout_seconds=seconds['heartbeat'], shutdown_timeout_seconds=seconds['shutdown'])
   if 'JAX_COORDINATOR_ADDRESS' in env:
     missing = [k for k in ('JAX_NUM_PROCESSES', 'JAX_PROCESS_ID') if k not in env]
     if missing:
       raise ConfigError(f'JAX_COORDINATOR_ADDRESS is set but {" and ".join(missing)} not: set all three')
-    job = dict(coordinator_address=env['JAX_COORDINATOR_ADDRESS'], num_processes=int(env['JAX_NUM_PROCESSES']),
-               process_id=int(env['JAX_PROCESS_ID']))
-  elif (int(env.get('SLURM_NTASKS', '1')) > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
+    job = dict(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
+               num_processes=_whole_number('JAX_NUM_PROCESSES', 1, 1, 'processes'),
+               process_id=_whole_number('JAX_PROCESS_ID', 0, 0))
+  elif (_whole_number('SLURM_NTASKS', 1, 1, 'tasks') > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
         or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
     job = {}  # jax finds the coordinator and this process's place itself
   else:

@@ -86,6 +86,25 @@ def test_a_bad_timeout_is_a_clear_error(monkeypatch, name):
     sharding.initialize_distributed()
 
 
+@pytest.mark.parametrize('environment, message', [
+    ({'JAX_COORDINATOR_ADDRESS': '127.0.0.1:1234', 'JAX_NUM_PROCESSES': 'two', 'JAX_PROCESS_ID': '0'},
+     'JAX_NUM_PROCESSES=two must be a whole number of processes, at least 1'),
+    ({'JAX_COORDINATOR_ADDRESS': '127.0.0.1:1234', 'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '-1'},
+     'JAX_PROCESS_ID=-1 must be a whole number, at least 0'),
+    ({'SLURM_NTASKS': 'x'}, 'SLURM_NTASKS=x must be a whole number of tasks, at least 1'),
+])
+def test_a_bad_process_count_is_a_clear_error(monkeypatch, environment, message):
+  """The job's size and place are read before anything starts: a value int() cannot read is one line, not a
+  traceback (as for the timeouts above)."""
+  for name in ('JAX_COORDINATOR_ADDRESS', 'SLURM_NTASKS'):
+    monkeypatch.delenv(name, raising=False)
+  for name, value in environment.items():
+    monkeypatch.setenv(name, value)
+  with pytest.raises(sharding.ConfigError) as error:
+    sharding.initialize_distributed()
+  assert str(error.value) == message
+
+
 # Two runs in one process, as fine-tuning does for each seed: each enters the hosts' watch and leaves it normally.
 TWO_WATCHES = """
 from electra_jax import hosts, sharding
