@@ -456,6 +456,15 @@ class DataConfig:
 AXES = ('data', 'fsdp', 'tensor')
 
 
+def _is_rule(rule) -> bool:
+  """Whether `rule` is a (logical axis name, mesh axes) pair, its mesh axes None, one of AXES or a sequence of them
+  (a list when read back from config.json)."""
+  if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)):
+    return False
+  axes = rule[1]
+  return axes is None or axes in AXES or (isinstance(axes, (tuple, list)) and all(a in AXES for a in axes))
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
   """Devices along each of AXES, and the rules mapping logical axis names to them."""
@@ -481,6 +490,10 @@ class MeshConfig:
       object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
     except (TypeError, ValueError):
       raise ConfigError(f'mesh.shape takes {len(AXES)} integers for {AXES}, e.g. -1,1,1; got {self.shape}') from None
+    if not isinstance(self.rules, (tuple, list)) or not all(_is_rule(rule) for rule in self.rules):
+      raise ConfigError(f"mesh.rules takes (logical axis, mesh axes) pairs, the mesh axes None, one of {AXES} or a "
+                        f"tuple of them, e.g. --config.mesh.rules=\"('embed','fsdp'),('mlp','tensor')\"; "
+                        f'got {self.rules!r}')
     object.__setattr__(self, 'rules', tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                                             for name, axes in self.rules))
     if any(name in ('batch', 'length') for name, _ in self.rules):

@@ -421,6 +421,20 @@ def test_errors_name_the_config_file_in_either_form_and_outside_a_clone(where, a
   assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.parametrize('rules', [('',), ('embed,fsdp',), (('embed', 'fsdp', 'tensor'),), (('embed', 'fdsp'),),
+                                   ((3, 'fsdp'),), 'embed'])
+def test_rules_that_are_not_name_axes_pairs_are_one_line(rules):
+  """What `--config.mesh.rules=` or `--config.mesh.rules=embed,fsdp` gives (('',), ('embed,fsdp',)), a mesh axis that
+  does not exist: refused with the expected form, not a ValueError from unpacking."""
+  with pytest.raises(config_lib.ConfigError) as error:
+    config_lib.MeshConfig(rules=rules)
+  assert str(error.value).startswith('mesh.rules takes (logical axis, mesh axes) pairs')
+  assert f'got {rules!r}' in str(error.value) and '\n' not in str(error.value)
+  # The forms that are pairs: axes None, one axis, several (a list when read back from config.json).
+  assert config_lib.MeshConfig(rules=[['a', None], ['b', 'tensor'], ['c', ['data', 'fsdp']]]).rules == (
+      ('a', None), ('b', 'tensor'), ('c', ('data', 'fsdp')))
+
+
 def test_rules_with_the_old_batch_name_are_refused():
   """A config from before the activation_* names would leave the batch unsplit without a word: refused instead."""
   with pytest.raises(config_lib.ConfigError, match='activation_batch'):
