@@ -76,6 +76,13 @@ class MetricsWriter:
     self.tensorboard.flush()
     self.staging.sync(every=UPLOAD_SECONDS)
 
+  def sync(self):
+    """Uploads a gs:// workdir's files now, whenever they were last (a no-op for a local one). The trainer calls it
+    when it saves a checkpoint: a run killed (SIGKILL, out of memory) then resumes from a step whose metrics lines
+    are all in the bucket, where up to UPLOAD_SECONDS of them would be gone for good."""
+    if self.staging is not None:
+      self.staging.sync()
+
   def close(self):
     """Closes the files (again: a no-op)."""
     if self.jsonl is not None:

@@ -124,6 +124,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
           log.check_finite()
           checkpointer.save(step, run.tree_layout(state), batches.get_state())
+          log.writer.sync()  # gs://: the metrics of the steps a resume will not train again
         if stopping:
           checkpointer.wait()
           log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '

@@ -318,11 +318,15 @@ def test_cli_unknown_config_key_is_one_line(tmp_path):
                            '--config=configs/tiny.py --show_config lists every key\n')
 
 
-def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir):
-  """Steps in save_steps get a checkpoint that keep_checkpoints=1 does not delete; load_params reads any step."""
+def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir, monkeypatch):
+  """Steps in save_steps get a checkpoint that keep_checkpoints=1 does not delete; load_params reads any step.
+  Each checkpoint brings a gs:// workdir's metrics up to date (MetricsWriter.sync; a local one has nothing to do)."""
+  synced = []
+  monkeypatch.setattr(trainer.metrics_lib.MetricsWriter, 'sync', lambda self: synced.append(read_metrics(tmp_path)))
   config = tiny_config(corpus_file, cache_dir, checkpoint_every=100, keep_checkpoints=1, save_steps=(2, 3))
   trainer.train(config, tmp_path, stop_after=5)  # 8 steps' program, compiled once for this file; stopped at 5
   assert sorted(os.listdir(tmp_path / 'checkpoints'), key=int) == ['2', '3', '5']
+  assert [[m['step'] for m in lines] for lines in synced] == [[1, 2], [1, 2, 3], [1, 2, 3, 4, 5]]
   params = {step: jax.device_get(pretrained.load_params(str(tmp_path), step=step)[1]) for step in (2, 3, 5)}
   kernel = lambda p: p['discriminator']['encoder']['layer_0']['output']['dense']['kernel']
   assert not np.array_equal(kernel(params[2]), kernel(params[3]))
