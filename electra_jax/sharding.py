@@ -44,10 +44,18 @@ def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(config: MeshConfig, devices=None) -> jax.sharding.Mesh:
+  """The mesh of `config` over `devices` (default: all), the first ones if its shape takes fewer; in a run of
+  several processes, as many of each process's (every process feeds its own rows to its own devices)."""
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(config, len(devices))
-  devices = devices[:int(np.prod(shape))]
-  return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
+  taken = devices[:int(np.prod(shape))]
+  if jax.process_count() > 1:
+    per_process = [sum(d.process_index == p for d in taken) for p in range(jax.process_count())]
+    if len(set(per_process)) > 1:
+      raise ConfigError(f'mesh.shape {config.shape} takes {len(taken)} of the {len(devices)} devices ({per_process} '
+                        f'of the {jax.process_count()} processes\' in turn), but each process feeds its own rows to '
+                        'its own devices: make the product the device count, or put a -1 on one axis')
+  return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=taken)
 
 
 @contextlib.contextmanager

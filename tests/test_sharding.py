@@ -1,6 +1,8 @@
 """One train step, any mesh: data parallel, FSDP, tensor parallel and mixes give the one-device losses, lay out
 parameters and optimiser state as the rules say, and checkpoints move between meshes and device counts."""
 
+import types
+
 import flax.linen as nn
 import jax
 import numpy as np
@@ -9,6 +11,7 @@ from jax.sharding import PartitionSpec
 
 from electra_jax import model as model_lib, optimizer, sharding
 from electra_jax.checkpoint import Checkpointer
+from electra_jax.config import MeshConfig
 import scale_setup as setup
 from scale_setup import RTOL, assert_same_run  # pylint: disable=g-bad-import-order
 
@@ -82,6 +85,21 @@ def test_batch_must_split_over_the_devices():
   with pytest.raises(sharding.ConfigError, match=r'batch_size 8 must be a multiple of grad_accum_steps \(2\) x the '
                      r'8 devices the batch is split over'):
     run.lower()
+
+
+def test_a_mesh_of_several_processes_takes_as_many_devices_of_each(monkeypatch):
+  """Two processes of two devices each: a (2, 1, 1) mesh would take process 0's two alone, leaving process 1 nothing
+  to run its rows on (it failed with tracebacks on both). Refused in one line; the whole mesh is taken."""
+  devices = [types.SimpleNamespace(process_index=p) for p in (0, 0, 1, 1)]
+  monkeypatch.setattr(sharding.jax, 'process_count', lambda: 2)
+  made = []
+  monkeypatch.setattr(sharding.jax, 'make_mesh', lambda shape, axes, axis_types, devices: made.append(devices))
+  with pytest.raises(sharding.ConfigError, match=r'^mesh.shape \(2, 1, 1\) takes 2 of the 4 devices \(\[2, 0\] of '
+                     r"the 2 processes' in turn\), but each process feeds its own rows to its own devices: make the "
+                     'product the device count, or put a -1 on one axis$'):
+    sharding.make_mesh(MeshConfig(shape=(2, 1, 1)), devices)
+  sharding.make_mesh(MeshConfig(shape=(-1, 1, 1)), devices)
+  assert made == [devices]
 
 
 @pytest.fixture(scope='module')
