@@ -45,11 +45,12 @@ class Run(LocalProcesses):
   each line of metrics.jsonl appeared (to 0.05 s) while `finish` waits."""
 
   def __init__(self, workdir, processes: int, corpus: str, *flags: str, env: dict[str, str] | None = None,
-               each: list[dict[str, str]] | None = None):
+               each: list[dict[str, str]] | None = None, mesh: str = '-1,1,1'):
     self.workdir = str(workdir)
     self.steps = []  # (time, metrics.jsonl lines) each time `finish` saw the count change
+    # mesh: one --config.mesh.shape only (a tuple flag given twice gets both values)
     super().__init__([f'--config={CONFIG_FILE}', f'--workdir={workdir}', f'--config.data.source={corpus}',
-                      f'--config.train_steps={STEPS}', '--config.mesh.shape=-1,1,1', '--config.checkpoint_every=1000',
+                      f'--config.train_steps={STEPS}', f'--config.mesh.shape={mesh}', '--config.checkpoint_every=1000',
                       *flags], processes, f'{workdir}.{next(_LOGS)}', env, each)
 
   def poll(self):
@@ -194,16 +195,24 @@ def test_four_processes_sigterm_during_the_first_compile_then_resume_on_two(tmp_
   assert_same_losses(run.workdir, one_process.workdir, rtol=1e-5)
 
 
-def test_a_bad_config_is_refused_by_every_process_with_one_line(tmp_path, corpus, one_process):
+@pytest.mark.parametrize('flags, mesh, devices, error', [
+    (['--config.batch_size=7'], '-1,1,1', 1, 'batch_size 7 must be a multiple of'),
+    # Two devices a process: a (2, 1, 1) mesh would be process 0's two alone (it ended in tracebacks on both).
+    ([], '2,1,1', 2, 'mesh.shape (2, 1, 1) takes 2 of the 4 devices ([2, 0] of the 2 processes'),
+], ids=['batch_size', 'mesh_of_one_process'])
+def test_a_bad_config_is_refused_by_every_process_with_one_line(tmp_path, corpus, one_process, flags, mesh, devices,
+                                                                error):
   del one_process  # after it (the tokenizer is cached)
-  run = Run(tmp_path / 'run', 2, corpus, '--config.batch_size=7')
+  xla = f'--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0'
+  run = Run(tmp_path / 'run', 2, corpus, *flags, env={'XLA_FLAGS': xla}, mesh=mesh)
   codes = run.finish(120)
   assert codes == [1, 1], run.tails()
   for i in range(2):
     errors = [line for line in run.output(i).splitlines() if line.startswith('error: ')]
-    assert len(errors) == 1 and errors[0].startswith('error: batch_size 7 must be a multiple of'), run.tails()
+    assert len(errors) == 1 and errors[0].startswith(f'error: {error}'), run.tails()
     assert 'Traceback' not in run.output(i)
   assert not os.path.exists(os.path.join(run.workdir, 'checkpoints'))
+  assert not os.path.exists(os.path.join(run.workdir, 'config.json'))
 
 
 def test_every_process_takes_process_0s_tokenizer(tmp_path, corpus):
