@@ -57,25 +57,29 @@ def binned_auc(replaced: np.ndarray, original: np.ndarray) -> float | None:
 
 def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking.SpecialIds, flat=None):
   """(Metrics, histograms) of one held-out batch {input_ids, segment_ids, input_mask} [batch, length], without
-  dropout, under the objective's schedules at the state's step. `histograms` is `logit_histograms` of the
-  discriminator for replaced-token detection objectives, else None. `flat`: the optimizer.FlatParams the state's
-  parameters are stored as (the train step's layout), if any."""
+  dropout, under the objective's schedules at the state's step: its own sums and metrics, as the train step makes
+  them (so eval_loss is the training loss's definition). `histograms` is `logit_histograms` of the discriminator
+  for replaced-token detection objectives, else None. `flat`: the optimizer.FlatParams the state's parameters are
+  stored as (the train step's layout), if any."""
   c = config.objective
+  spec = objective.get(c.name)
   params = flat.unravel(state.params) if flat else state.params
   progress = state.step / config.train_steps
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
-  vocab_size = config.model.vocab_size
-  if objective.get(c.name).discriminator_head != 'rtd':  # an MLM discriminator: its own metrics, no AUC
-    _, metrics = objective.get(c.name).loss(apply_fn, params, batch, rng, config=c, special=special,
-                                            vocab_size=vocab_size, progress=progress, deterministic=True)
-    return metrics, None
-  masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special, vocab_size=vocab_size,
-                                                    progress=progress)
-  sums, detection = objective.replaced_token_detection(apply_fn, params, batch, masked, sample,
-                                                       deterministic=True, rngs=rngs,
-                                                       selected_only=objective.get(c.name).selected_only)
-  _, metrics = objective.loss_and_metrics(sums, c, progress=progress)
-  return metrics, logit_histograms(detection.disc_logits, detection.labels, detection.token_weights)
+  metrics_fn = spec.metrics
+  if c.two_stage_generator_steps:  # the loss of the stage the state is in, as the train step's
+    metrics_fn = functools.partial(objective.two_stage_metrics, step=state.step)
+  masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special,
+                                                    vocab_size=config.model.vocab_size, progress=progress)
+  args = (apply_fn, params, batch, masked, sample)
+  kwargs = dict(config=c, rngs=rngs, deterministic=True, progress=progress)
+  if spec.detection is None:  # an MLM discriminator: no AUC
+    sums, histograms = spec.sums(*args, **kwargs), None
+  else:
+    sums, detection = spec.detection(*args, **kwargs)
+    histograms = logit_histograms(detection.disc_logits, detection.labels, detection.token_weights)
+  _, metrics = metrics_fn(sums, c, progress=progress)
+  return metrics, histograms
 
 
 def batch_count(examples, *, num_batches: int, batch_size: int) -> int:

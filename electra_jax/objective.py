@@ -307,11 +307,17 @@ def loss_and_metrics(sums: dict[str, jax.Array], config: ObjectiveConfig, denomi
 # so that micro-batches can add their sums and gradients (train_step.accumulate_gradients).
 
 
-def electra_sums(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False, rows=None,
-                 progress=1.0, selected_only: bool = False):
+def electra_detection(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False, rows=None,
+                      progress=1.0, selected_only: bool = False):
+  """ELECTRA's (sums, Detection): the sums its loss is made of and the discriminator's verdict, which held-out
+  evaluation scores its AUC from (`Objective.detection`)."""
   del config, progress  # in `sample`
   return replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic,
-                                  rows=rows, selected_only=selected_only)[0]
+                                  rows=rows, selected_only=selected_only)
+
+
+def electra_sums(apply_fn, params, batch, masked, sample, **kwargs):
+  return electra_detection(apply_fn, params, batch, masked, sample, **kwargs)[0]
 
 
 def two_stage_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0, *, step):
@@ -421,10 +427,10 @@ def mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
   return loss, {'loss': (loss, one), 'mlm_loss': (loss, one), 'mlm_accuracy': (sums['mlm_correct'], sums['selected'])}
 
 
-def adversarial_sums(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False, rows=None,
-                     progress=1.0):
-  """Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's loss (paper,
-  appendix F), per selected position t (weights w_t, mean over the selected ones):
+def adversarial_detection(apply_fn, params, batch, masked, sample, *, config, rngs=None, deterministic=False,
+                          rows=None, progress=1.0):
+  """(sums, Detection) of Adversarial ELECTRA: the generator is trained by REINFORCE to maximise the discriminator's
+  loss (paper, appendix F), per selected position t (weights w_t, mean over the selected ones):
   - reward R_t: the discriminator's loss on the token there, -log D(correct label) = sigmoid cross-entropy of its
     logit against its label (replaced, or real when the sample equals the original). The paper assumes D's
     verdict at t depends on no other replacement, so each sample is credited with its own position's reward
@@ -447,12 +453,18 @@ def adversarial_sums(apply_fn, params, batch, masked, sample, *, config, rngs=No
   log_probs = jax.nn.log_softmax(sampling_logits(d.gen_logits, masked.targets, config, progress))
   sample_log_prob = jnp.take_along_axis(log_probs, d.samples[..., None], axis=-1)[..., 0]
   advantage = reward - jax.lax.stop_gradient(baseline)
-  return {**sums,
-          'policy': jnp.sum(sample_log_prob * advantage * masked.weights),
-          'baseline_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(d.baseline_logits, jnp.exp(-reward))
-                                   * masked.weights),
-          'reward': jnp.sum(reward * masked.weights),
-          'baseline': jnp.sum(jax.lax.stop_gradient(baseline) * masked.weights)}
+  sums.update({
+      'policy': jnp.sum(sample_log_prob * advantage * masked.weights),
+      'baseline_xent': jnp.sum(optax.sigmoid_binary_cross_entropy(d.baseline_logits, jnp.exp(-reward))
+                               * masked.weights),
+      'reward': jnp.sum(reward * masked.weights),
+      'baseline': jnp.sum(jax.lax.stop_gradient(baseline) * masked.weights),
+  })
+  return sums, d
+
+
+def adversarial_sums(apply_fn, params, batch, masked, sample, **kwargs):
+  return adversarial_detection(apply_fn, params, batch, masked, sample, **kwargs)[0]
 
 
 def adversarial_metrics(sums, config: ObjectiveConfig, denominators=None, progress=1.0):
@@ -514,6 +526,9 @@ class Objective:
   # Its two halves, for gradient accumulation: the float32 sums of a (micro-)batch, and (loss, Metrics) from them.
   sums: Callable[..., dict[str, jax.Array]] | None = None
   metrics: Callable[..., Any] | None = None
+  # (sums, Detection) of a replaced-token detection objective, the sums `sums`'s: what held-out evaluation scores
+  # the discriminator's AUC from. None for an MLM discriminator.
+  detection: Callable[..., Any] | None = None
   with_generator: bool = True  # a generator tower of its own, trained
   discriminator_head: str = 'rtd'  # 'rtd', 'mlm' or 'mlm_copy'
   generator_baseline: bool = False  # the generator's REINFORCE baseline head (electra_adversarial)
@@ -561,16 +576,17 @@ class Objective:
 
 
 OBJECTIVES = {
-    'electra': Objective(electra_loss, electra_sums, loss_and_metrics),
-    'electra_15': Objective(electra_15_loss, electra_15_sums, loss_and_metrics, selected_only=True),
+    'electra': Objective(electra_loss, electra_sums, loss_and_metrics, electra_detection),
+    'electra_15': Objective(electra_15_loss, electra_15_sums, loss_and_metrics,
+                            functools.partial(electra_detection, selected_only=True), selected_only=True),
     'replace_mlm': Objective(replace_mlm_loss, replace_mlm_sums, replace_mlm_metrics, discriminator_head='mlm'),
     'all_tokens_mlm': Objective(all_tokens_mlm_loss, all_tokens_mlm_sums, all_tokens_mlm_metrics,
                                 discriminator_head='mlm_copy'),
     'mlm': Objective(mlm_loss, mlm_sums, mlm_metrics, with_generator=False, discriminator_head='mlm'),
     'electra_adversarial': Objective(electra_adversarial_loss, adversarial_sums, adversarial_metrics,
-                                     generator_baseline=True),
-    'electra_frozen': Objective(electra_frozen_loss, electra_sums, electra_frozen_metrics, with_generator=False,
-                                frozen_generator=True),
+                                     adversarial_detection, generator_baseline=True),
+    'electra_frozen': Objective(electra_frozen_loss, electra_sums, electra_frozen_metrics, electra_detection,
+                                with_generator=False, frozen_generator=True),
 }
 
 

@@ -3,18 +3,23 @@ eval_every steps on the same batches, the AUC estimate; and the profiler hook wr
 
 import glob
 import json
+import math
 import os
 import random
 import re
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import config as config_lib, data, evaluation, sharding, train_step, trainer
+from electra_jax import config as config_lib, data, evaluation, objective, sharding, train_step, trainer
 from electra_jax.checkpoint import Checkpointer
+from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 from electra_jax.data import split as split_lib
 from configs import default
-from helpers import WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import SPECIAL, STUB_VOCAB, WORDS, read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
+from helpers import stub_generator_logits, token_batch
 
 pytestmark = pytest.mark.usefixtures('compile_once')
 
@@ -144,6 +149,55 @@ def test_binned_auc_is_the_exact_auc_up_to_ties_within_a_bin():
   exact = np.mean((positive[:, None] > negative[None]) + 0.5 * (positive[:, None] == negative[None]))
   binned = evaluation.binned_auc(*evaluation.logit_histograms(logits, labels, np.ones_like(labels)))
   assert abs(binned - exact) < 2e-3 and 0.6 < exact < 0.9
+
+
+class _StubModel:
+  """An Electra-like `model.apply`: the stub generator (helpers.stub_generator_logits, of the original tokens at the
+  positions), a baseline logit 0 at each position, and discriminator logits 0 (P(replaced) = 1/2 everywhere)."""
+
+  def __init__(self, original):
+    self.original = original
+
+  def apply(self, variables, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method, rngs):
+    del variables, segment_ids, input_mask, deterministic, rngs
+    if method == 'discriminator_logits':
+      return jnp.zeros(input_ids.shape, jnp.float32)
+    logits = stub_generator_logits(jnp.take_along_axis(self.original, positions, axis=1))
+    return (logits, jnp.zeros(positions.shape)) if method == 'generator_logits_and_baseline' else logits
+
+
+@pytest.mark.parametrize('name, two_stage, step, expected', [
+    # Every word of the batch below is selected, so with the stub gen_loss = 8/5 log 2 and disc_loss = log 2.
+    ('electra', 0, 0, 1.6 + 50),
+    ('electra_frozen', 0, 0, 50),  # the frozen generator's loss is reported, not trained: weight 0, not 1
+    ('electra', 5, 2, 1.6),  # two stages: the generator's loss alone before step 5 ...
+    ('electra', 5, 7, 50),  # ... the discriminator's alone from step 5 on
+    ('electra_adversarial', 0, 0, None),  # + the policy and baseline losses, not gen_loss: the training loss below
+])
+def test_eval_loss_is_the_training_loss(name, two_stage, step, expected):
+  """eval_loss is what the train step minimises on that batch with its masks and samples (without dropout): the
+  objective's own metrics, not ELECTRA's loss for every replaced-token detection objective."""
+  ids = np.array([[2, 5, 6, 7, 3, 0, 0, 0], [2, 7, 5, 3, 0, 0, 0, 0]], np.int32)
+  batch = {k: jnp.asarray(v) for k, v in token_batch(ids).items()}
+  # (A generator of the discriminator's size, as two-stage training needs; the stub runs neither.)
+  model_config = ModelConfig(vocab_size=STUB_VOCAB, hidden_size=64, num_heads=1, intermediate_size=256,
+                             generator_hidden_fraction=1.0)
+  c = TrainConfig(train_steps=10, model=model_config, objective=ObjectiveConfig(
+      name=name, mask_prob=0.6, mask_with_replacement=False, temperature=1e-3, two_stage_generator_steps=two_stage,
+      generator_checkpoint='unread' if name == 'electra_frozen' else ''))
+  model, rng = _StubModel(jnp.asarray(ids)), jax.random.PRNGKey(0)
+  state = train_step.TrainState(jnp.int32(step), {}, None)
+  metrics, histograms = evaluation.eval_step(state, batch, rng, model=model, config=c, special=SPECIAL)
+  loss = objective.two_stage_loss if two_stage else objective.get(name).loss
+  kwargs = {'step': state.step} if two_stage else {}
+  trained, _ = loss(lambda p, *args, **kw: model.apply({'params': p}, *args, **kw), {}, batch, rng,
+                    config=c.objective, special=SPECIAL, vocab_size=STUB_VOCAB, progress=step / 10,
+                    deterministic=True, **kwargs)
+  np.testing.assert_allclose(metrics['loss'][0], trained, rtol=1e-6)
+  if expected is not None:
+    np.testing.assert_allclose(metrics['loss'][0], expected * math.log(2), rtol=1e-6)
+  assert ('policy_loss' in metrics) == (name == 'electra_adversarial')
+  assert int(np.sum(histograms[0]) + np.sum(histograms[1])) == 9  # the AUC's histograms of the 9 real tokens
 
 
 EVAL_KEYS = {'eval_loss', 'eval_gen_loss', 'eval_gen_accuracy', 'eval_disc_loss', 'eval_disc_accuracy',
