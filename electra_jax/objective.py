@@ -99,8 +99,8 @@ def disc_weight(config: ObjectiveConfig, progress=1.0):
 
 def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
   """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's at the temperature
-  of `progress`, all zero with `uniform_generator`, the original token (`targets` [batch, P]) pushed out with
-  `disallow_correct`."""
+  of `progress`, all zero with `uniform_generator` (where `generator_logits` already are), the original token
+  (`targets` [batch, P]) pushed out with `disallow_correct`."""
   if config.uniform_generator:
     logits = jnp.zeros_like(logits)
   if config.disallow_correct:
@@ -153,12 +153,13 @@ def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: Ob
   """Returns (total loss, Metrics) for a batch of {input_ids, segment_ids, input_mask}, each [batch, length].
 
   The official `PretrainingModel.__init__` in order: mask the input; run the generator, sample from it, corrupt
-  the input and run the discriminator (`replaced_token_detection`); the loss from the batch's sums.
+  the input and run the discriminator (`electra_sums`); the loss from the batch's sums.
   `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
   """
   masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
                                           progress=progress)
-  sums, _ = replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic)
+  sums = electra_sums(apply_fn, params, batch, masked, sample, config=config, rngs=rngs, deterministic=deterministic,
+                      progress=progress)
   return loss_and_metrics(sums, config, progress=progress)
 
 
@@ -168,6 +169,22 @@ def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.Sp
   (generator, discriminator) dropout keys."""
   draws, rngs = draw(rng, batch, config=config, special=special, vocab_size=vocab_size)
   return draws.masked, sampler(draws.sample_keys, draws.masked, config, progress), rngs
+
+
+def generator_logits(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked, *, method,
+                     rng, deterministic: bool, rows: dict):
+  """The generator's output on the masked input at the selected positions: the model's `method`
+  ('generator_logits': logits [batch, P, vocab] float32). method=None (objective.uniform_generator): zero logits
+  [batch, P, vocab], and no generator runs."""
+  call = functools.partial(apply_fn, params, masked.input_ids, batch['segment_ids'], batch['input_mask'],
+                           masked.positions, deterministic=deterministic, method=method or 'generator_logits',
+                           rngs={'dropout': rng}, **rows)
+  if method is None:
+    # As the official uniform_generator, which builds no generator (`_get_masked_lm_output(inputs, None)`): the
+    # samples are uniform, the MLM loss is the constant log V, and nothing (not the shared embeddings either) is
+    # trained through it. Only the shape of the generator's logits is traced: it is never computed.
+    return jnp.zeros(jax.eval_shape(call).shape, jnp.float32)
+  return call()
 
 
 class Detection(NamedTuple):
@@ -182,21 +199,22 @@ class Detection(NamedTuple):
 
 def replaced_token_detection(apply_fn: Callable[..., Any], params, batch, masked: masking.Masked,
                              sample: Callable[[jax.Array], jax.Array], *, rngs=None, deterministic: bool = False,
-                             rows=None, selected_only: bool = False, generator: str = 'generator_logits'):
+                             rows=None, selected_only: bool = False, generator: str | None = 'generator_logits'):
   """(the float32 sums the loss and metrics are ratios of, Detection) of a batch whose masking is chosen.
 
   `sample(gen_logits [batch, P, vocab]) -> [batch, P]` draws the replacements; `rngs` is the pair of dropout keys
   (generator, discriminator), unused when `deterministic`; `rows` [batch] are a micro-batch's rows' indices in
   the full batch (the model keys its dropout with them). `selected_only` counts only the selected positions in the
   discriminator's loss (ELECTRA 15%). `generator='generator_logits_and_baseline'` also runs the REINFORCE
-  baseline head (electra_adversarial).
+  baseline head (electra_adversarial); generator=None runs no generator: its logits are zeros, uniform sampling
+  (`generator_logits`, objective.uniform_generator).
   """
   gen_rng, disc_rng = rngs if rngs is not None else (jax.random.PRNGKey(0),) * 2
   rows = {} if rows is None else {'rows': rows}  # a whole batch: the model numbers its rows itself
   input_ids, segment_ids, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
   # Generator: a small MLM predicts the selected tokens from the masked input.
-  gen_logits = apply_fn(params, masked.input_ids, segment_ids, input_mask, masked.positions,
-                        deterministic=deterministic, method=generator, rngs={'dropout': gen_rng}, **rows)
+  gen_logits = generator_logits(apply_fn, params, batch, masked, method=generator, rng=gen_rng,
+                                deterministic=deterministic, rows=rows)
   gen_logits, baseline_logits = gen_logits if generator == 'generator_logits_and_baseline' else (gen_logits, None)
   # Sample a replacement for each selected token (under stop_gradient: the discriminator trains no generator).
   samples = sample(gen_logits)
@@ -311,9 +329,10 @@ def electra_detection(apply_fn, params, batch, masked, sample, *, config, rngs=N
                       progress=1.0, selected_only: bool = False):
   """ELECTRA's (sums, Detection): the sums its loss is made of and the discriminator's verdict, which held-out
   evaluation scores its AUC from (`Objective.detection`)."""
-  del config, progress  # in `sample`
+  del progress  # in `sample`
   return replaced_token_detection(apply_fn, params, batch, masked, sample, rngs=rngs, deterministic=deterministic,
-                                  rows=rows, selected_only=selected_only)
+                                  rows=rows, selected_only=selected_only,
+                                  generator=None if config.uniform_generator else 'generator_logits')
 
 
 def electra_sums(apply_fn, params, batch, masked, sample, **kwargs):
@@ -344,9 +363,9 @@ def replace_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs, d
   loss = gen_weight * generator MLM loss + MLM cross-entropy of the discriminator-sized model at the selected
   positions of the corrupted input (disc_weight, the scale of the binary loss, is not used).
   """
-  del config, progress  # in `sample`
+  del progress  # in `sample`
   gen_logits, corrupted, rows = _generate_and_corrupt(apply_fn, params, batch, masked, sample, rngs[0],
-                                                      deterministic, rows)
+                                                      deterministic, rows, config)
   logits, _ = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'], masked.positions,
                        deterministic=deterministic, method='discriminator_mlm_logits', rngs={'dropout': rngs[1]},
                        **rows)
@@ -369,11 +388,12 @@ def replace_mlm_metrics(sums, config: ObjectiveConfig, denominators=None, progre
                                     mlm_accuracy=(sums['mlm_correct'], sums['selected']))
 
 
-def _generate_and_corrupt(apply_fn, params, batch, masked: masking.Masked, sample, rng, deterministic, rows):
+def _generate_and_corrupt(apply_fn, params, batch, masked: masking.Masked, sample, rng, deterministic, rows,
+                          config: ObjectiveConfig):
   """(generator logits at the selected positions, the input corrupted with its samples, the `rows` kwargs)."""
   rows = {} if rows is None else {'rows': rows}
-  gen_logits = apply_fn(params, masked.input_ids, batch['segment_ids'], batch['input_mask'], masked.positions,
-                        deterministic=deterministic, method='generator_logits', rngs={'dropout': rng}, **rows)
+  gen_logits = generator_logits(apply_fn, params, batch, masked, rng=rng, deterministic=deterministic, rows=rows,
+                                method=None if config.uniform_generator else 'generator_logits')
   return gen_logits, corrupt(batch['input_ids'], masked, sample(gen_logits)), rows
 
 
@@ -384,9 +404,9 @@ def all_tokens_mlm_sums(apply_fn, params, batch, masked, sample, *, config, rngs
   p(x_t) = D_t * 1[x_t = corrupted_t] + (1 - D_t) * softmax(logits_t)[x_t], D_t = sigmoid(copy-gate logit);
   loss = gen_weight * generator MLM loss + mean over non-pad tokens of -log p(x_t).
   """
-  del config, progress  # in `sample`
+  del progress  # in `sample`
   gen_logits, corrupted, rows = _generate_and_corrupt(apply_fn, params, batch, masked, sample, rngs[0],
-                                                      deterministic, rows)
+                                                      deterministic, rows, config)
   input_ids = batch['input_ids']
   logits, copy_logits = apply_fn(params, corrupted, batch['segment_ids'], batch['input_mask'],
                                  deterministic=deterministic, method='discriminator_mlm_logits',
@@ -567,9 +587,11 @@ class Objective:
 
     electra_frozen: the discriminator's training plus one forward pass of the frozen generator (of `source`, by
     default the run objective.generator_checkpoint names); what training that generator cost is not included.
+    objective.uniform_generator: the discriminator's alone (no generator runs, `generator_logits`).
     """
     length = c.data.max_seq_length
-    step = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length), self)
+    runs = dataclasses.replace(self, with_generator=False) if c.objective.uniform_generator else self
+    step = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length), runs)
     if self.frozen_generator:
       step += frozen.forward_flops_per_step(c, source or generator_source(c))
     return step

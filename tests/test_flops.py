@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 
 from electra_jax import flops, objective
-from electra_jax.config import ModelConfig, ObjectiveConfig
+from electra_jax.config import ModelConfig, ObjectiveConfig, TrainConfig
 
 SMALL = ModelConfig(vocab_size=30522, embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
                     intermediate_size=1024, generator_hidden_fraction=0.25)
@@ -82,6 +82,14 @@ def test_a_discriminator_alone():
   assert flops.pretraining_forward_flops_per_sequence(SMALL, L, P, alone) == L * DISC_PER_TOKEN
   assert (flops.pretraining_forward_flops_per_sequence(SMALL, L, P, alone, convention='paper')
           == L * DISC_PER_TOKEN_PAPER)
+
+
+def test_a_uniform_generator_runs_no_generator():
+  """objective.uniform_generator samples uniformly and runs no generator: a step costs the discriminator's training,
+  3 x its forward pass."""
+  c = TrainConfig(batch_size=B, model=SMALL, objective=ObjectiveConfig(uniform_generator=True))
+  assert c.data.max_seq_length == L
+  assert objective.train_flops_per_step(c) == 3 * B * L * DISC_PER_TOKEN
 
 
 def test_objectives():
