@@ -128,13 +128,14 @@ def sample_replacements(rng, logits, targets, config: ObjectiveConfig, progress=
   return jnp.sum(cdf < u * cdf[..., -1:], axis=-1).astype(targets.dtype)
 
 
-def sampler(keys, masked: masking.Masked, config: ObjectiveConfig, progress=1.0) -> Callable[[jax.Array], jax.Array]:
+def sampler(keys, masked: masking.Masked, config: ObjectiveConfig, progress=1.0) -> Callable[..., jax.Array]:
   """gen_logits [batch, P, vocab] -> the replacements [batch, P] the batch is corrupted with: `sample_rows` with
   row r's noise from keys[r], a position drawn more than once taking the mean of its samples' ids under
-  objective.duplicate_samples='mean' (the official scatter_update)."""
-  def sample(gen_logits):
+  objective.duplicate_samples='mean' (the official scatter_update). `sample(gen_logits, merge=False)` gives each
+  slot's own draw, unmerged (what electra_adversarial's policy drew)."""
+  def sample(gen_logits, merge: bool = True):
     samples = sample_rows(keys, gen_logits, masked.targets, config, progress)
-    if config.duplicate_samples == 'mean' and config.mask_with_replacement:  # else no position is drawn twice
+    if merge and config.duplicate_samples == 'mean' and config.mask_with_replacement:  # else none drawn twice
       samples = masking.merge_duplicates(samples, masked.positions, masked.weights)
     return samples
   return sample
@@ -460,8 +461,9 @@ def adversarial_detection(apply_fn, params, batch, masked, sample, *, config, rn
     exp(-R_t), D's probability of the correct label.
   - generator: the REINFORCE gradient of E[R], one sample per position: the surrogate
         policy_loss = -mean_t[log p_G(x^_t) * (R_t - b_t)],  R_t and b_t under stop_gradient,
-    where p_G is the distribution the sample was drawn from (softmax of the logits at temperature T). It replaces
-    the MLM loss ("instead of maximum likelihood"): gen_loss stays a metric but is not trained.
+    where p_G is the distribution the sample was drawn from (softmax of the logits at temperature T) and x^_t the
+    slot's own draw (`sample(..., merge=False)`), not the merged id a position drawn twice is corrupted with. It
+    replaces the MLM loss ("instead of maximum likelihood"): gen_loss stays a metric but is not trained.
   - loss = gen_weight * (policy_loss + baseline_loss) + disc_weight * disc_loss, disc_loss exactly ELECTRA's
     (the samples pass through stop_gradient; the reward sends nothing into the discriminator).
   """
@@ -471,7 +473,11 @@ def adversarial_detection(apply_fn, params, batch, masked, sample, *, config, rn
   reward = jax.lax.stop_gradient(jnp.take_along_axis(disc_xent, masked.positions, axis=1))  # [batch, P]
   baseline = -jax.nn.log_sigmoid(d.baseline_logits)
   log_probs = jax.nn.log_softmax(sampling_logits(d.gen_logits, masked.targets, config, progress))
-  sample_log_prob = jnp.take_along_axis(log_probs, d.samples[..., None], axis=-1)[..., 0]
+  # The log-probability of what each slot drew. d.samples holds the corruption: at a position drawn twice under
+  # duplicate_samples='mean', the floor of the mean of the draws, an id neither slot may have drawn. (The same
+  # keys and logits as the sampling in replaced_token_detection: the same draws.)
+  draws = sample(d.gen_logits, merge=False)
+  sample_log_prob = jnp.take_along_axis(log_probs, draws[..., None], axis=-1)[..., 0]
   advantage = reward - jax.lax.stop_gradient(baseline)
   sums.update({
       'policy': jnp.sum(sample_log_prob * advantage * masked.weights),

@@ -235,7 +235,7 @@ def test_adversarial_reinforce_gradient_by_hand():
   params = {'gen': jnp.zeros((2, 4, V)), 'baseline': jnp.zeros((2, 4)), 'disc': jnp.zeros((2, 8))}
   config = ObjectiveConfig(name='electra_adversarial', gen_weight=2.0)
   batch = {k: jnp.asarray(v) for k, v in _batch(IDS).items()}
-  argmax = lambda logits: jnp.argmax(logits, -1).astype(jnp.int32)
+  argmax = lambda logits, merge=True: jnp.argmax(logits, -1).astype(jnp.int32)  # distinct positions: no merge
 
   def loss(p, fn):
     return fn(_differentiable_stub, p, batch, _masked(), argmax, config=config)
@@ -271,6 +271,40 @@ def test_adversarial_reinforce_gradient_by_hand():
   np.testing.assert_allclose(grads['disc'], hand, rtol=1e-5, atol=1e-7)
   electra = jax.grad(lambda p: loss(p, loss_of('electra'))[0])(params)
   np.testing.assert_allclose(grads['disc'], electra['disc'], rtol=1e-6, atol=1e-8)
+
+
+def test_adversarial_policy_log_prob_is_each_slot_s_own_draw():
+  # [CLS] 5 6 [SEP] with position 1 drawn by both slots, at T = 1 from two different distributions (3 on id 9 for
+  # slot 0, on id 14 for slot 1). Under duplicate_samples='mean' the position is corrupted with the floor of the
+  # mean of the two draws; the policy's log-probability is each slot's at its own draw. The discriminator's logits
+  # are 0 (reward log 2 whatever the label) and the baseline's 2 (b = log(1 + e^-2)), so the advantage is known.
+  vocab = 16
+  ids = jnp.array([[2, 5, 6, 3]], jnp.int32)
+  masked = masking.Masked(input_ids=jnp.array([[2, 4, 6, 3]], jnp.int32), positions=jnp.array([[1, 1]], jnp.int32),
+                          targets=jnp.array([[5, 5]], jnp.int32), weights=jnp.ones((1, 2), jnp.float32))
+  gen_logits = 3.0 * jax.nn.one_hot(jnp.array([[9, 14]]), vocab)
+
+  def apply_fn(params, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method, rngs):
+    del params, segment_ids, input_mask, positions, deterministic, rngs
+    if method == 'generator_logits_and_baseline':
+      return gen_logits, jnp.full((1, 2), 2.0)
+    return jnp.zeros(input_ids.shape, jnp.float32)
+
+  config = ObjectiveConfig(name='electra_adversarial', temperature=1.0, duplicate_samples='mean')
+  keys = jax.random.split(jax.random.PRNGKey(1), 1)
+  draws = np.asarray(objective.sample_rows(keys, gen_logits, masked.targets, config))[0]
+  merged = (draws[0] + draws[1]) // 2
+  np.testing.assert_array_equal(draws, [9, 14])  # what the key draws: the likely ids, their mean (11) neither
+  batch = {'input_ids': ids, 'segment_ids': jnp.zeros_like(ids), 'input_mask': jnp.ones_like(ids)}
+  sample = objective.sampler(keys, masked, config)
+  sums, detection = objective.adversarial_detection(apply_fn, {}, batch, masked, sample, config=config,
+                                                    deterministic=True)
+  np.testing.assert_array_equal(detection.samples, [[merged, merged]])  # the corruption
+  log_probs = np.asarray(jax.nn.log_softmax(gen_logits))[0]
+  advantage = LOG2 - math.log(1 + math.exp(-2))
+  own = log_probs[0, draws[0]] + log_probs[1, draws[1]]
+  np.testing.assert_allclose(sums['policy'], own * advantage, rtol=1e-6)
+  assert abs(own - log_probs[0, merged] - log_probs[1, merged]) > 1  # what the merged id would have given
 
 
 @pytest.mark.slow
