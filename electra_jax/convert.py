@@ -19,7 +19,6 @@ takes the discriminator's (and warns if the generator's differs).
 """
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -419,30 +418,6 @@ def _do_lower_case(directory) -> bool | None:
   return None
 
 
-@contextlib.contextmanager
-def _removed_on_failure(directory):
-  """Runs the block that writes into `directory`; if it raises or is interrupted (Ctrl-C), removes what the block
-  added there: all of `directory` if it did not exist before, else the entries that were not there. Nothing that
-  was there before is removed, so a rerun finds the directory as the failed command did."""
-  directory = fileio.path(directory)
-  existed = directory.exists()
-  before = {entry.name for entry in directory.iterdir()} if directory.is_dir() else set()
-  try:
-    yield
-  except BaseException:
-    if not existed:
-      fileio.rmtree(directory)
-    elif directory.is_dir():
-      for entry in directory.iterdir():
-        if entry.name in before:
-          continue
-        if entry.is_dir():
-          fileio.rmtree(entry)
-        else:
-          entry.unlink()
-    raise
-
-
 def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> tuple[str | None, str | None]:
   """(the file `write_workdir` reads the tokenizer from, its name in the workdir), or (None, None): the first of
   tokenizer.model, vocab.txt (`vocab_file` if given) and tokenizer.json in `tokenizer_dir` (an HF directory may
@@ -472,7 +447,7 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
     if size != config.model.vocab_size:
       raise ConversionError(f'the tokenizer {source} holds {size} tokens but the word embeddings have '
                             f'{config.model.vocab_size} rows: give the tokenizer the model was trained with')
-  with _removed_on_failure(out):  # an interrupted import leaves no checkpoints/ that would refuse the rerun
+  with fileio.removed_on_failure(out):  # an interrupted import leaves no checkpoints/ that would refuse the rerun
     if tokenizer_dir:
       _copy_tokenizer_files(tokenizer_dir, out)
     if vocab_file:
@@ -604,7 +579,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
     hf_tokenizer.to_hf(tokenizer)  # one it cannot convert fails here, before anything is written
   configs = hf_configs(config.model, tokenizer.special.pad if tokenizer else 0)  # HF's configs record [PAD]
   written = []
-  with _removed_on_failure(out):  # an interrupted export leaves no discriminator/ that would refuse the rerun
+  with fileio.removed_on_failure(out):  # an interrupted export leaves no discriminator/ that would refuse the rerun
     for what, state_dict in hf_state_dicts(params).items():
       if what == GEN and not trained.with_generator:  # it would hold the embeddings alone
         continue

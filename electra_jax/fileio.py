@@ -151,6 +151,30 @@ def rmtree(location):
     directory.rmtree()
 
 
+@contextlib.contextmanager
+def removed_on_failure(location):
+  """Runs the block that writes into directory `location` (local or remote); if it raises or is interrupted
+  (Ctrl-C), removes what the block added there: all of it if it did not exist before, else the entries that were
+  not there. Nothing that was there before is removed, so a rerun finds the directory as the failed command did."""
+  directory = path(location)
+  existed = directory.exists()
+  before = {entry.name for entry in directory.iterdir()} if directory.is_dir() else set()
+  try:
+    yield
+  except BaseException:
+    if not existed:
+      rmtree(directory)
+    elif directory.is_dir():
+      for entry in directory.iterdir():
+        if entry.name in before:
+          continue
+        if entry.is_dir():
+          rmtree(entry)
+        else:
+          entry.unlink()
+    raise
+
+
 def sha256(location) -> str:
   """The sha256 of a file, read in blocks (shards are tens of MB)."""
   digest = hashlib.sha256()

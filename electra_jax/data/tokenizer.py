@@ -13,7 +13,6 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -268,8 +267,7 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
   """
   if kind not in TYPES:
     raise DataError(f'unknown tokenizer type {kind!r}; choose one of {", ".join(TYPES)}')
-  created = not fileio.is_remote(output) and not os.path.exists(output)
-  try:
+  with fileio.removed_on_failure(output):  # a failure or a Ctrl-C: leave no half-made tokenizer directory behind
     if not fileio.is_remote(output):
       os.makedirs(output, exist_ok=True)
     # The trainers write local files: beside a local output, else in the machine's temporary directory.
@@ -282,10 +280,6 @@ def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'un
         tokenizer = _train_sentencepiece(sample, tmp, vocab_size=vocab_size, model_type=kind, lowercase=lowercase,
                                          max_sentences=max_sentences)
       tokenizer.save(output)
-  except BaseException:  # a failure or a Ctrl-C: leave no half-made tokenizer directory behind
-    if created:
-      shutil.rmtree(output, ignore_errors=True)
-    raise
   return load(output)
 
 
