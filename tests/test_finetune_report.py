@@ -6,7 +6,9 @@ import io
 import json
 
 import numpy as np
+import pytest
 
+from electra_jax.errors import DataError
 from electra_jax.finetune import predict, report, tasks, train
 from electra_jax.finetune.config import FinetuneConfig
 
@@ -122,6 +124,18 @@ def test_predict_formats_parse_back():
   assert read_tsv(tagging) == [['prediction', 'words'], ['O B-X', 'the cat']]
   assert json.loads(predict.format_predictions(TAGS, ['the cat'], [['O', 'B-X']], None, 'jsonl')) == {
       'input': ['the', 'cat'], 'prediction': ['O', 'B-X']}
+
+
+def test_predict_input_is_one_example_a_line_and_a_blank_line_is_refused():
+  """The output has one line per input line, in order: a blank line skipped would shift every later prediction
+  (the labels format shows no input to notice it by). Blank lines at the end are only a file's end."""
+  assert predict.parse_inputs('a fine film\r\nfirst\tsecond\n\n \n', ABC.kind, 'in.txt') == [
+      ('a fine film',), ('first', 'second')]
+  assert predict.parse_inputs('the cat\n', TAGS.kind, 'in.txt') == ['the cat']
+  with pytest.raises(DataError, match=r'^--config.predict_input=-: line 2 is blank \(2 blank line\(s\)\); give one '
+                     'example per line, without blank lines, so that output line N is the prediction for input line '
+                     'N$'):
+    predict.parse_inputs('one\n\ntwo\n \nthree\n', ABC.kind, '-')
 
 
 def test_the_log_interval_suits_the_run_length():

@@ -25,6 +25,7 @@ import orbax.checkpoint as ocp
 
 from electra_jax import data, fileio, sharding
 from electra_jax.config import ConfigError, ModelConfig
+from electra_jax.errors import DataError
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import files, heads, squad, tasks
 from electra_jax.finetune.config import FinetuneConfig, SquadConfig, load as load_config
@@ -231,6 +232,20 @@ def format_predictions(task: tasks.Task, inputs: list, predicted: list, probs: n
   return f.getvalue()
 
 
+def parse_inputs(text: str, kind: str, name: str) -> list:
+  """The examples of --mode=predict's input `text` (from `name`), one a line: word strings for tagging, else
+  tuples of the tab-separated columns. Blank lines at the end are ignored; a blank line before them is a DataError,
+  since the output has one line per input line, in order, and skipping it would shift every later line."""
+  lines = files.split_lines(text)
+  while lines and not lines[-1].strip():
+    lines.pop()
+  blank = [number for number, line in enumerate(lines, 1) if not line.strip()]
+  if blank:
+    raise DataError(f'--config.predict_input={name}: line {blank[0]} is blank ({len(blank)} blank line(s)); give one '
+                    'example per line, without blank lines, so that output line N is the prediction for input line N')
+  return [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
+
+
 def predict_main(config, workdir: str):
   """--mode=predict: predictions for config.predict_input ('-': stdin) to config.predict_output ('': stdout)."""
   c: FinetuneConfig = load_config(config)
@@ -238,13 +253,8 @@ def predict_main(config, workdir: str):
   if not c.predict_input:
     raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
   print(f'predicting with seed {predictor.seed} of {workdir} (the best on dev)', file=sys.stderr)
-  if c.predict_input == '-':
-    lines = files.split_lines(sys.stdin.read())
-  else:
-    lines = files.split_lines(fileio.path(c.predict_input).read_text())
-  lines = [line for line in lines if line.strip()]
-  kind = predictor.task.kind
-  inputs = [line if kind == tasks.TAGGING else tuple(line.split('\t')) for line in lines]
+  text = sys.stdin.read() if c.predict_input == '-' else fileio.path(c.predict_input).read_text()
+  inputs = parse_inputs(text, predictor.task.kind, c.predict_input)
   predicted, probs = predictor.predict_with_details(inputs)
   text = format_predictions(predictor.task, inputs, predicted, probs, c.predict_format)
   if c.predict_output:
