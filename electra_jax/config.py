@@ -367,6 +367,9 @@ class ObjectiveConfig:
     if self.uniform_generator and (self.name == 'electra_adversarial' or self.two_stage_generator_steps):
       raise ConfigError('objective.uniform_generator replaces the generator, so there is no generator to train '
                         'adversarially or in two stages')
+    if self.uniform_generator and self.name == 'electra_frozen':
+      raise ConfigError('objective.uniform_generator replaces the generator, so electra_frozen would load '
+                        'objective.generator_checkpoint\'s and never run it: choose one of the two')
 
   def num_predictions(self, seq_length: int) -> int:
     """Selected positions per sequence: int((mask_prob + 0.005) * L), as in the official code."""

@@ -145,6 +145,8 @@ SAME_SIZE = {'model__generator_hidden_fraction': 1.0}  # the default discriminat
 
 @pytest.mark.parametrize('overrides, message', [
     ({'objective__name': 'electra_adversarial', 'objective__uniform_generator': True}, 'no generator to train'),
+    ({'objective__name': 'electra_frozen', 'objective__generator_checkpoint': 'RUN',
+      'objective__uniform_generator': True}, 'would load objective.generator_checkpoint\'s and never run it'),
     ({'objective__two_stage_generator_steps': 100}, 'must be the same size'),  # default generator: H / 4
     ({'objective__two_stage_generator_steps': 100, 'model__num_heads': 8, **SAME_SIZE}, 'must be the same size'),
     ({'objective__two_stage_generator_steps': 100, 'model__tying': 'all', **SAME_SIZE}, 'model.tying=all'),
