@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from electra_jax import checkpoint, cli, data, fileio, hf_tokenizer, objective, optimizer, pretrained
+from electra_jax import checkpoint, cli, config_files, data, fileio, hf_tokenizer, objective, optimizer, pretrained
 from electra_jax import config as config_lib
 from electra_jax.config import ModelConfig, TowerConfig
 from electra_jax.model import Electra, fold_embeddings_delta
@@ -400,13 +400,10 @@ def read_tf_checkpoint(path: str) -> dict[str, np.ndarray]:
 # Workdirs.
 
 
-def _copy_tokenizer_files(source, destination) -> list[str]:
-  copied = []
+def _copy_tokenizer_files(source, destination):
   for name in TOKENIZER_FILES:
     if (fileio.path(source) / name).is_file():
       fileio.copy(fileio.path(source) / name, fileio.path(destination) / name)
-      copied.append(name)
-  return copied
 
 
 def _do_lower_case(directory) -> bool | None:
@@ -418,16 +415,15 @@ def _do_lower_case(directory) -> bool | None:
   return None
 
 
-def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> tuple[str | None, str | None]:
-  """(the file `write_workdir` reads the tokenizer from, its name in the workdir), or (None, None): the first of
-  tokenizer.model, vocab.txt (`vocab_file` if given) and tokenizer.json in `tokenizer_dir` (an HF directory may
-  hold several)."""
+def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> str | None:
+  """The file `write_workdir` reads the tokenizer from: `vocab_file`, else the first of tokenizer.model, vocab.txt
+  and tokenizer.json in `tokenizer_dir` (an HF directory may hold several); None if there is none."""
+  if vocab_file:
+    return vocab_file
   for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
-    if name == 'vocab.txt' and vocab_file:
-      return vocab_file, name
     if tokenizer_dir and (fileio.path(tokenizer_dir) / name).is_file():
-      return os.fspath(fileio.path(tokenizer_dir) / name), name
-  return None, None
+      return os.fspath(fileio.path(tokenizer_dir) / name)
+  return None
 
 
 def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir: str | None = None,
@@ -441,19 +437,20 @@ def write_workdir(out: str, model_section: dict, params: dict, *, tokenizer_dir:
   config.model.update(model_section)
   config.data.max_seq_length = min(config.data.max_seq_length, config.model.max_position_embeddings)
   config.data.vocab_size = config.model.vocab_size
-  source, name = _tokenizer_file(tokenizer_dir, vocab_file)
-  if source:  # checked before anything is written: with another size, ids name rows that are not their tokens'
-    size = data.tokenizer.load(source).vocab_size
-    if size != config.model.vocab_size:
-      raise ConversionError(f'the tokenizer {source} holds {size} tokens but the word embeddings have '
-                            f'{config.model.vocab_size} rows: give the tokenizer the model was trained with')
+  source = _tokenizer_file(tokenizer_dir, vocab_file)
+  tokenizer = None  # cased as tokenizer_config.json says, else as the tokenizer file does
+  if source:
+    tokenizer = data.tokenizer.load(source, lowercase=_do_lower_case(tokenizer_dir) if tokenizer_dir else None)
+  # Checked before anything is written: with another size, ids would name rows that are not their tokens'.
+  if tokenizer and tokenizer.vocab_size != config.model.vocab_size:
+    raise ConversionError(f'{source} holds {tokenizer.vocab_size} tokens but the word embeddings have '
+                          f'{config.model.vocab_size} rows: give the tokenizer the model was trained with')
   with fileio.removed_on_failure(out):  # an interrupted import leaves no checkpoints/ that would refuse the rerun
     if tokenizer_dir:
       _copy_tokenizer_files(tokenizer_dir, out)
     if vocab_file:
       fileio.copy(fileio.path(vocab_file), out / 'vocab.txt')
-    if source:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
-      tokenizer = data.tokenizer.load(os.fspath(out / name), lowercase=_do_lower_case(out))
+    if tokenizer:  # record the tokenizer (and its casing) so the trainer and the detector read it as is
       tokenizer.save(out)
       # data.tokenizer stays '': the trainer and the readers take the one saved in the workdir, wherever it is
       # moved.
@@ -530,10 +527,6 @@ def import_tf(tf_checkpoint: str, out: str, *, vocab: str | None = None, seed: i
   model_section = model_section_from_tf({k: v.shape for k, v in weights.items()})
   model = config_lib.from_dict(ModelConfig, model_section, where='model')
   params = params_from_tf(model, weights, seed=seed)
-  size = data.tokenizer.load(vocab).vocab_size
-  if size != model.vocab_size:
-    raise ConversionError(f'{vocab} holds {size} tokens but the checkpoint\'s word embeddings {model.vocab_size}: '
-                          'give the vocab.txt it was trained with (--vocab)')
   write_workdir(out, model_section, params, vocab_file=vocab)
 
 
@@ -561,7 +554,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
   for what in (DISC, GEN):  # writing over another export would mix its files (a tokenizer of another kind) in
     if (fileio.path(out) / what).exists():
       raise ConversionError(f'{fileio.path(out) / what} already exists: give a new --to-hf directory, or remove it')
-  config, params = pretrained.load_params(workdir, step)
+  config = config_files.load_config(workdir)  # refused on its settings before the checkpoint is read
   trained = objective.get(config.objective.name)
   if trained.discriminator_head != 'rtd':  # ElectraForPreTraining would load without its head and draw one
     exportable = [name for name, o in objective.OBJECTIVES.items() if o.discriminator_head == 'rtd']
@@ -577,6 +570,7 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
   tokenizer = _workdir_tokenizer(workdir)
   if tokenizer:
     hf_tokenizer.to_hf(tokenizer)  # one it cannot convert fails here, before anything is written
+  config, params = pretrained.load_params(workdir, step)
   configs = hf_configs(config.model, tokenizer.special.pad if tokenizer else 0)  # HF's configs record [PAD]
   written = []
   with fileio.removed_on_failure(out):  # an interrupted export leaves no discriminator/ that would refuse the rerun
