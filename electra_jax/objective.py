@@ -149,21 +149,6 @@ def sample_rows(keys, logits, targets, config: ObjectiveConfig, progress=1.0):
     return jax.vmap(one_row)(keys, logits, targets)
 
 
-def electra_loss(apply_fn: Callable[..., Any], params, batch, rng, *, config: ObjectiveConfig,
-                 special: masking.SpecialIds, vocab_size: int, progress=1.0, deterministic: bool = False):
-  """Returns (total loss, Metrics) for a batch of {input_ids, segment_ids, input_mask}, each [batch, length].
-
-  The official `PretrainingModel.__init__` in order: mask the input; run the generator, sample from it, corrupt
-  the input and run the discriminator (`electra_sums`); the loss from the batch's sums.
-  `apply_fn(params, *args, method=..., rngs=...)` is the Electra module's apply.
-  """
-  masked, sample, rngs = mask_and_sampler(rng, batch, config=config, special=special, vocab_size=vocab_size,
-                                          progress=progress)
-  sums = electra_sums(apply_fn, params, batch, masked, sample, config=config, rngs=rngs, deterministic=deterministic,
-                      progress=progress)
-  return loss_and_metrics(sums, config, progress=progress)
-
-
 def mask_and_sampler(rng, batch, *, config: ObjectiveConfig, special: masking.SpecialIds, vocab_size: int,
                      progress):
   """The batch's masking (drawn per row), its generator sampler (at the temperature of `progress`), and the
@@ -523,6 +508,9 @@ def _loss_of(sums_fn, metrics_fn):
   return loss
 
 
+# ELECTRA's loss, as the official `PretrainingModel.__init__` makes it: mask the input; run the generator, sample
+# from it, corrupt the input and run the discriminator (`electra_sums`); the loss from the batch's sums.
+electra_loss = _loss_of(electra_sums, loss_and_metrics)
 electra_15_sums = functools.partial(electra_sums, selected_only=True)
 # ELECTRA 15%: `electra_loss` with the discriminator loss (and its metrics) only on the selected positions.
 electra_15_loss = _loss_of(electra_15_sums, loss_and_metrics)
