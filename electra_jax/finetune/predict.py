@@ -253,7 +253,7 @@ def predict_main(config, workdir: str):
   if not c.predict_input:
     raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
   print(f'predicting with seed {predictor.seed} of {workdir} (the best on dev)', file=sys.stderr)
-  text = sys.stdin.read() if c.predict_input == '-' else fileio.path(c.predict_input).read_text()
+  text = sys.stdin.read() if c.predict_input == '-' else files.read_text(c.predict_input)
   inputs = parse_inputs(text, predictor.task.kind, c.predict_input)
   predicted, probs = predictor.predict_with_details(inputs)
   text = format_predictions(predictor.task, inputs, predicted, probs, c.predict_format)

@@ -184,10 +184,9 @@ def _load_pretrained(workdir: str, step: int = 0) -> tuple[ModelConfig, dict, da
   """(model config, {'embeddings', 'discriminator'} params, tokenizer) of a pre-training or imported WORKDIR, from
   its checkpoint `step` (0: the latest)."""
   config, params = pretrained.load_params(os.fspath(fileio.path(workdir)), step=step or None)
-  model = config.model
-  if model.tying == 'gdes':  # the discriminator's embeddings are the shared ones plus its delta: one table to tune
-    model, params = dataclasses.replace(model, tying='embeddings'), fold_embeddings_delta(params)
-  return model, {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
+  if config.model.tying == 'gdes':  # the discriminator's embeddings are the shared ones plus its delta: one table
+    params = fold_embeddings_delta(params)
+  return scratch_model_config(config.model), {name: params[name] for name in PRETRAINED}, data.tokenizer.load(workdir)
 
 
 def scratch_model_config(model: ModelConfig) -> ModelConfig:
