@@ -217,11 +217,20 @@ def _read_json_object(path: str, content: bytes) -> dict:
   return spec
 
 
+def _saved(location) -> dict | None:
+  """The electra_tokenizer.json `Tokenizer.save` wrote into directory `location` (an epath), its casing filled in
+  (uncased when it says nothing); None if there is none."""
+  if not (location / CONFIG_FILE).is_file():
+    return None
+  config = json.loads((location / CONFIG_FILE).read_text())
+  return {**config, 'lowercase': config.get('lowercase', True)}
+
+
 def saved_lowercase(path: str) -> bool | None:
-  """The casing saved with the tokenizer directory `path` (local or gs://) in its electra_tokenizer.json; None for
-  a file, or a directory without one."""
-  config = fileio.path(path if fileio.is_remote(path) else os.path.expanduser(path)) / CONFIG_FILE
-  return json.loads(config.read_text()).get('lowercase', True) if config.is_file() else None
+  """The casing saved with the tokenizer directory `path` (local or gs://); None for a file, or a directory
+  without electra_tokenizer.json."""
+  saved = _saved(fileio.path(path if fileio.is_remote(path) else os.path.expanduser(path)))
+  return None if saved is None else saved['lowercase']
 
 
 def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tokenizer:
@@ -233,10 +242,9 @@ def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tok
   location = fileio.path(path)
   path = os.fspath(location) if fileio.is_remote(location) else os.path.expanduser(os.fspath(path))
   if location.is_dir():
-    if (location / CONFIG_FILE).exists():
-      config = json.loads((location / CONFIG_FILE).read_text())
+    if config := _saved(location):
       kind, file = config['type'], os.fspath(location / config['file'])
-      lowercase = config.get('lowercase', True) if lowercase is None else lowercase
+      lowercase = config['lowercase'] if lowercase is None else lowercase
     elif (location / SentencePieceTokenizer.file_name).exists():
       kind, file = SentencePieceTokenizer.kind, os.fspath(location / SentencePieceTokenizer.file_name)
     elif (location / WordPieceTokenizer.file_name).exists():
