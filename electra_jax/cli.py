@@ -61,13 +61,9 @@ def _exit_with(message: str):
 
 
 def _config_file(argv: list[str]) -> str | None:
-  """The config file `argv` gives, as typed: `--config=FILE` or `--config FILE`; None if it gives none."""
-  for i, arg in enumerate(argv[1:], start=1):
-    if arg.startswith('--config='):
-      return arg[len('--config='):]
-    if arg == '--config' and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
+  """The config file `argv` gives, as typed; None if it gives none."""
+  found = config_files.config_arg(argv[1:])
+  return found[2] if found else None
 
 
 def _flag_error(error: Exception, argv: list[str]) -> str:

@@ -56,14 +56,23 @@ def _import_as_configs(directory: str):
     sys.modules['configs'] = importlib.import_module('electra_jax.configs')
 
 
+def config_arg(argv: list[str]) -> tuple[int, str, str] | None:
+  """(index, prefix, file) of the config file `argv` names as typed, `argv[index] == prefix + file`: `--config=FILE`
+  or `--config FILE`; None if it names none. Overrides `--config.KEY=` are not it."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      return i, '--config=', arg[len('--config='):]
+    if arg == '--config' and i + 1 < len(argv):
+      return i + 1, '', argv[i + 1]
+  return None
+
+
 def resolve_argv(argv: list[str]) -> list[str]:
   """`argv` with the file of `--config=PATH` (or `--config PATH`) resolved; overrides `--config.KEY=` untouched."""
   argv = list(argv)
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      argv[i] = '--config=' + resolve(arg[len('--config='):])
-    elif arg == '--config' and i + 1 < len(argv):
-      argv[i + 1] = resolve(argv[i + 1])
+  if found := config_arg(argv):
+    i, prefix, file = found
+    argv[i] = prefix + resolve(file)
   return argv
 
 
