@@ -98,11 +98,9 @@ def disc_weight(config: ObjectiveConfig, progress=1.0):
 
 
 def sampling_logits(logits, targets, config: ObjectiveConfig, progress=1.0):
-  """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's at the temperature
-  of `progress`, all zero with `uniform_generator` (where `generator_logits` already are), the original token
-  (`targets` [batch, P]) pushed out with `disallow_correct`."""
-  if config.uniform_generator:
-    logits = jnp.zeros_like(logits)
+  """[batch, P, vocab] logits whose softmax the replacements are drawn from: the generator's (all zero with
+  `uniform_generator`: `generator_logits`) at the temperature of `progress`, the original token (`targets`
+  [batch, P]) pushed out with `disallow_correct`."""
   if config.disallow_correct:
     logits = logits - 1000.0 * jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
   return logits / temperature(config, progress)

@@ -214,9 +214,9 @@ def test_low_temperature_is_argmax():
 
 
 def test_uniform_generator():
-  # The generator's logits are ignored: each of 4 ids has p = 1/4. 20000 draws: sd = sqrt(3/16 / 20000) =
-  # 0.0031; tolerance 0.016 (~5 sd).
-  samples = _draws([10.0, 0.0, -5.0, 3.0], ObjectiveConfig(uniform_generator=True), 20000)
+  # A uniform generator's logits are zeros (generator_logits, below): each of 4 ids has p = 1/4. 20000 draws:
+  # sd = sqrt(3/16 / 20000) = 0.0031; tolerance 0.016 (~5 sd).
+  samples = _draws([0.0, 0.0, 0.0, 0.0], ObjectiveConfig(uniform_generator=True), 20000)
   freq = np.bincount(samples, minlength=4) / len(samples)
   np.testing.assert_allclose(freq, 0.25, atol=0.016)
 
