@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from electra_jax import masking, metrics as metrics_lib, objective, scaffold, sharding
+from electra_jax import masking, metrics as metrics_lib, objective, scaffold, sharding, train_step
 from electra_jax.data import loader
 from electra_jax.config import ConfigError, TrainConfig
 
@@ -63,12 +63,9 @@ def eval_step(state, batch, rng, *, model, config: TrainConfig, special: masking
   stored as (the train step's layout), if any."""
   c = config.objective
   spec = objective.get(c.name)
-  params = flat.unravel(state.params) if flat else state.params
+  params, _, metrics_fn = train_step.at_step(state, c, config.model, flat)  # the stage the state is in, if two
   progress = state.step / config.train_steps
   apply_fn = lambda params, *args, **kwargs: model.apply({'params': params}, *args, **kwargs)
-  metrics_fn = spec.metrics
-  if c.two_stage_generator_steps:  # the loss of the stage the state is in, as the train step's
-    metrics_fn = functools.partial(objective.two_stage_metrics, step=state.step)
   masked, sample, rngs = objective.mask_and_sampler(rng, batch, config=c, special=special,
                                                     vocab_size=config.model.vocab_size, progress=progress)
   args = (apply_fn, params, batch, masked, sample)

@@ -48,12 +48,7 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
     return model.apply({'params': params}, *args, rngs=dropout_rngs(rngs, model.config.dropout_draw), **kwargs)
   two_stage = config.two_stage_generator_steps > 0
   spec = objective.get(config.name)
-  loss, metrics_fn = spec.loss, spec.metrics
-  params = flat.unravel(state.params) if flat else state.params
-  if two_stage:  # checked in config.load: the electra objective, a same-size generator
-    params = two_stage_params(params, state.step, config.two_stage_generator_steps, model.config)
-    loss = functools.partial(objective.two_stage_loss, step=state.step)
-    metrics_fn = functools.partial(objective.two_stage_metrics, step=state.step)
+  params, loss, metrics_fn = at_step(state, config, model.config, flat)
   if grad_accum_steps == 1:
     loss_fn = functools.partial(loss, apply_fn, batch=batch, rng=rng, config=config, special=special,
                                 vocab_size=model.config.vocab_size, progress=progress)
@@ -74,6 +69,21 @@ def train_step(state: TrainState, batch, rng, *, model: Electra, tx: optax.Gradi
     metrics['grad_norm'] = (optimizer.global_norm(grads, flat_norm), one)
   metrics['learning_rate'] = (jnp.asarray(schedule(state.step), jnp.float32), one)
   return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def at_step(state: TrainState, config: ObjectiveConfig, model_config: ModelConfig,
+            flat: optimizer.FlatParams | None = None):
+  """(params, loss, metrics_fn) of the objective at `state`'s step, as the train step and held-out evaluation both
+  take them: the parameters unraveled from `flat`'s vectors, and under two-stage training those of the stage the
+  step is in (`two_stage_params`) with that stage's loss and metrics."""
+  spec = objective.get(config.name)
+  params = flat.unravel(state.params) if flat else state.params
+  if not config.two_stage_generator_steps:
+    return params, spec.loss, spec.metrics
+  # Checked in config.load: the electra objective, a same-size generator.
+  return (two_stage_params(params, state.step, config.two_stage_generator_steps, model_config),
+          functools.partial(objective.two_stage_loss, step=state.step),
+          functools.partial(objective.two_stage_metrics, step=state.step))
 
 
 def two_stage_params(params, step, n: int, model_config: ModelConfig):

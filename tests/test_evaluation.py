@@ -159,9 +159,10 @@ class _StubModel:
     self.original = original
 
   def apply(self, variables, input_ids, segment_ids, input_mask, positions=None, *, deterministic, method, rngs):
-    del variables, segment_ids, input_mask, deterministic, rngs
-    if method == 'discriminator_logits':
-      return jnp.zeros(input_ids.shape, jnp.float32)
+    del segment_ids, input_mask, deterministic, rngs
+    if method == 'discriminator_logits':  # 0, or the discriminator's one weight where params hold one
+      weight = variables['params'].get('discriminator', {}).get('encoder', {}).get('w', 0.0)
+      return jnp.full(input_ids.shape, weight, jnp.float32)
     logits = stub_generator_logits(jnp.take_along_axis(self.original, positions, axis=1))
     return (logits, jnp.zeros(positions.shape)) if method == 'generator_logits_and_baseline' else logits
 
@@ -172,6 +173,9 @@ class _StubModel:
     ('electra_frozen', 0, 0, 50),  # the frozen generator's loss is reported, not trained: weight 0, not 1
     ('electra', 5, 2, 1.6),  # two stages: the generator's loss alone before step 5 ...
     ('electra', 5, 7, 50),  # ... the discriminator's alone from step 5 on
+    # At step 5 the train step first copies the generator into the discriminator (train_step.two_stage_params): the
+    # discriminator's weight 3 (logits 3) becomes the generator's 0, so P(replaced) = 1/2 again.
+    ('electra', 5, 5, 50),
     ('electra_adversarial', 0, 0, None),  # + the policy and baseline losses, not gen_loss: the training loss below
 ])
 def test_eval_loss_is_the_training_loss(name, two_stage, step, expected):
@@ -186,11 +190,15 @@ def test_eval_loss_is_the_training_loss(name, two_stage, step, expected):
       name=name, mask_prob=0.6, mask_with_replacement=False, temperature=1e-3, two_stage_generator_steps=two_stage,
       generator_checkpoint='unread' if name == 'electra_frozen' else ''))
   model, rng = _StubModel(jnp.asarray(ids)), jax.random.PRNGKey(0)
-  state = train_step.TrainState(jnp.int32(step), {}, None)
+  params = {'generator': {'encoder': {'w': jnp.float32(0)}}, 'discriminator': {'encoder': {'w': jnp.float32(3)}}}
+  params = params if (two_stage, step) == (5, 5) else {}
+  state = train_step.TrainState(jnp.int32(step), params, None)
   metrics, histograms = evaluation.eval_step(state, batch, rng, model=model, config=c, special=SPECIAL)
   loss = objective.two_stage_loss if two_stage else objective.get(name).loss
   kwargs = {'step': state.step} if two_stage else {}
-  trained, _ = loss(lambda p, *args, **kw: model.apply({'params': p}, *args, **kw), {}, batch, rng,
+  if two_stage:  # the parameters of the stage, as the train step takes them
+    params = train_step.two_stage_params(params, state.step, two_stage, model_config)
+  trained, _ = loss(lambda p, *args, **kw: model.apply({'params': p}, *args, **kw), params, batch, rng,
                     config=c.objective, special=SPECIAL, vocab_size=STUB_VOCAB, progress=step / 10,
                     deterministic=True, **kwargs)
   np.testing.assert_allclose(metrics['loss'][0], trained, rtol=1e-6)
