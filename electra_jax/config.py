@@ -5,6 +5,7 @@ in a config file is one clear error rather than a silently ignored setting.
 """
 
 import dataclasses
+import json
 import typing
 from typing import Any, Mapping, TypeVar
 
@@ -41,6 +42,22 @@ def defaults(cls) -> dict[str, Any]:
   types = typing.get_type_hints(cls)
   return {f.name: defaults(types[f.name]) if dataclasses.is_dataclass(types[f.name]) else f.default
           for f in dataclasses.fields(cls)}
+
+
+def added_keys(cls, saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+  """The keys of `current` that `saved` lacks, each at dataclass `cls`'s default: a key added since a run was saved
+  counts as unchanged when it has its default. Both are `cls`'s settings as JSON gives them, flattened to
+  'section.key'."""
+  flat = _flat(json.loads(json.dumps(defaults(cls))))
+  return {k: flat[k] for k in current.keys() - saved.keys() if k in flat}
+
+
+def _flat(values: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+  """`values` with each nested dict's keys spelled 'section.key'."""
+  flat = {}
+  for k, v in values.items():
+    flat.update(_flat(v, f'{prefix}{k}.') if isinstance(v, dict) else {f'{prefix}{k}': v})
+  return flat
 
 
 DTYPES = ('auto', 'float32', 'bfloat16')

@@ -5,7 +5,6 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
 
 import contextlib
-import dataclasses
 import functools
 import json
 import math
@@ -22,15 +21,14 @@ from electra_jax.checkpoint import Checkpointer
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import TrainingError
 
-# Config sections that must not change when a run is resumed (they define the parameters and their meaning).
-FROZEN_ON_RESUME = ('model', 'data')
+# Config sections that must not change when a run is resumed (they define the parameters and their meaning), with
+# the dataclass of each.
+FROZEN_ON_RESUME = {'model': config_lib.ModelConfig, 'data': config_lib.DataConfig}
 # Keys a resumed run must keep too, each refused with its saved value: the order of the examples depends on
 # the seed and on the batch size (a checkpoint's data position counts batches), and the optimizer keys that shape
 # its state decide whether the checkpoints read back.
 KEPT_ON_RESUME = ('seed', 'batch_size', *(f'optimizer.{k}' for k in continued.OPTIMIZER_STATE_KEYS))
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
-_DEFAULTS = {section: {f.name: f.default for f in dataclasses.fields(cls)}
-             for section, cls in (('model', config_lib.ModelConfig), ('data', config_lib.DataConfig))}
 
 
 def _check_resume_config(workdir, config_dict: dict):
@@ -46,10 +44,9 @@ def _check_resume_config(workdir, config_dict: dict):
     if name in old and old[name] != new[name]:  # absent: saved before the key existed
       raise config_lib.ConfigError(f'{workdir} holds a run with {key}={old[name]}; resume with --config.{key}='
                                    f'{old[name]}, or start a new --workdir')
-  for section in FROZEN_ON_RESUME:
+  for section, cls in FROZEN_ON_RESUME.items():
     old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
-    # A key added since the run started (absent from its config.json) is unchanged if it has its default value.
-    old.update({k: _DEFAULTS[section][k] for k in set(new) - set(old) if k in _DEFAULTS[section]})
+    old.update(config_lib.added_keys(cls, old, new))  # keys absent from an older config.json
     old = {k: config_lib.current_value(k, v) for k, v in old.items()}  # a key's values before its type changed
     for values in (old, new):  # one tokenizer path spelled two ways (a relative init_checkpoint, saved as typed)
       if values.get('tokenizer'):

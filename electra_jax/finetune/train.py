@@ -27,6 +27,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from electra_jax import checkpoint, data, fileio, pretrained, scaffold, sharding
+from electra_jax import config as config_lib
 from electra_jax import metrics as metrics_lib
 from electra_jax import report as run_report
 from electra_jax.checkpoint import Checkpointer
@@ -392,9 +393,7 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
                       f'{new[key]!r}; finetune.json), whose finished seeds are not this task\'s: give a new --workdir')
   old = flax.traverse_util.flatten_dict(saved['config'], sep='.')
   new = flax.traverse_util.flatten_dict(json.loads(json.dumps(config_dict)), sep='.')
-  # A key added since the run started (absent from its finetune.json) is unchanged if it has its default value.
-  defaults = flax.traverse_util.flatten_dict(json.loads(json.dumps(dataclasses.asdict(FinetuneConfig()))), sep='.')
-  old.update({k: defaults[k] for k in set(new) - set(old) if k in defaults})
+  old.update(config_lib.added_keys(FinetuneConfig, old, new))  # keys absent from an older finetune.json
   changed = sorted(k for k in set(old) | set(new) if k.split('.')[0] not in RERUN_FREE and old.get(k) != new.get(k))
   if changed:
     raise ConfigError(f'{workdir} holds a {task.name} run with other settings ('
