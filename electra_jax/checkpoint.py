@@ -7,10 +7,12 @@ this module.
 """
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
+import socket
 import sys
 import time
 import traceback
@@ -26,6 +28,7 @@ from electra_jax.errors import CheckpointError
 CHECKSUMS = 'electra_checksums.json'  # in each step directory: {file: [size, sha256]}
 # Where unreadable checkpoints are moved (WORKDIR/UNREADABLE/<step>): out of orbax's sight, never deleted.
 UNREADABLE = 'unreadable_checkpoints'
+LOCK = '.checkpoints.lock'  # WORKDIR/LOCK: locked while a run writes its checkpoints (`_lock`)
 DIRECTORY = 'checkpoints'  # WORKDIR/DIRECTORY/<step>
 
 
@@ -45,14 +48,16 @@ class Checkpointer:
   each of its files (on Cloud Storage the CRC32C the service keeps) go to <step>/electra_checksums.json, checked
   before the step is read: orbax itself reads damaged array bytes back as numbers.
 
-  `read_only` is for whoever only reads another run's checkpoints (fine-tuning, convert, detect, a continued run's
-  init_checkpoint): it creates no directory and removes no temporary one, since that may be the step a live run is
-  writing.
+  A writer locks WORKDIR first (`_lock`): the same command started twice on one workdir is refused in one line
+  rather than the two runs removing each other's writes. `read_only` is for whoever only reads another run's
+  checkpoints (fine-tuning, convert, detect, a continued run's init_checkpoint): it takes no lock, creates no
+  directory and removes no temporary one, since that may be the step a live run is writing.
   """
 
   def __init__(self, workdir, keep: int = 3, preserve: tuple[int, ...] = (), *, read_only: bool = False):
     self.workdir = fileio.path(workdir)
     self.directory = self.workdir / DIRECTORY
+    self._lock = None if read_only else _lock(self.workdir)
     policy = ocp.checkpoint_managers.AnyPreservationPolicy([
         ocp.checkpoint_managers.LatestN(keep), ocp.checkpoint_managers.CustomSteps(preserve)])
     # Not orbax's own read_only option: it logs a warning each time it opens a directory.
@@ -197,13 +202,44 @@ class Checkpointer:
     try:
       self.wait()
     finally:
-      if not self._failed:
-        self.manager.close()
-      elif jax.process_count() == 1:  # orbax would raise the failed write's error again
-        with contextlib.suppress(Exception):
+      try:
+        if not self._failed:
           self.manager.close()
+        elif jax.process_count() == 1:  # orbax would raise the failed write's error again
+          with contextlib.suppress(Exception):
+            self.manager.close()
+      finally:
+        if self._lock:  # removed while held, then released: a run that ended leaves no file behind
+          with contextlib.suppress(OSError):
+            os.remove(self._lock.name)
+          self._lock.close()
+          self._lock = None
       # (After a failed write with several processes, orbax's threads may wait for the others until its timeout:
       # the process exits without them.)
+
+
+def _lock(workdir):
+  """WORKDIR/LOCK, open and locked by this process; refuses a workdir whose checkpoints another live run writes.
+
+  An flock goes with its process: a run that was killed leaves its file, which locks nothing. Taken by process 0
+  only (the others of its run share a workdir), and not on gs://, which has no locks. None then.
+  """
+  if fileio.is_remote(workdir) or jax.process_index() != 0:
+    return None
+  os.makedirs(workdir, exist_ok=True)
+  file = open(os.path.join(workdir, LOCK), 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:  # BlockingIOError: held
+    file.seek(0)
+    holder = file.read().strip() or 'another process'
+    file.close()
+    raise CheckpointError(f'{workdir} is in use by another run ({holder}; {LOCK}): wait for it to end, or give '
+                          'another --workdir') from None
+  file.truncate(0)
+  file.write(f'process {os.getpid()} on {socket.gethostname()} since {time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+  file.flush()
+  return file
 
 
 class _Manager(ocp.CheckpointManager):

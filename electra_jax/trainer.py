@@ -91,18 +91,22 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   compiled = None if checkpoint.started(workdir) else compile_step()
   batches = _batches(c, tokenizer)
   eval_examples = _eval_examples(c, tokenizer)  # checked to fill a batch before checkpoints/ is made
-  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)
-  if compiled is None and (checkpointer.latest_step() or 0) < c.train_steps:
-    compiled = compile_step()
-  state = _initial_state(c, run, checkpointer, batches, tokenizer)
-  step = start = int(state.step)
-  if start >= c.train_steps:
-    print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
-          f'raise --config.train_steps to train further.', file=sys.stderr)
-    checkpointer.close()
-    return {}
-  state = run.step_layout(state)  # checkpoints hold the tree, the step may take it otherwise (optimizer.flat_params)
-  rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled, eval_examples)
+  checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)  # locks the workdir
+  try:
+    if compiled is None and (checkpointer.latest_step() or 0) < c.train_steps:
+      compiled = compile_step()
+    state = _initial_state(c, run, checkpointer, batches, tokenizer)
+    step = start = int(state.step)
+    if start >= c.train_steps:
+      print(f'{workdir} is already trained to step {start} >= train_steps={c.train_steps}; '
+            f'raise --config.train_steps to train further.', file=sys.stderr)
+      checkpointer.close()
+      return {}
+    state = run.step_layout(state)  # checkpoints hold the tree, the step may take it otherwise (flat_params)
+    rng, evaluator, log = _start(c, run, tokenizer, workdir, config_dict, start, compiled, eval_examples)
+  except BaseException:
+    checkpointer.close()  # and its lock: the same process may run the corrected command
+    raise
   end = c.train_steps if stop_after is None else min(c.train_steps, start + stop_after)
   profiler = profiling.Profiler(c.profile_range(), workdir, first_step=start, end=end)
   try:

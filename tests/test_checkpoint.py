@@ -2,12 +2,16 @@
 whoever only reads them."""
 
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from electra_jax.checkpoint import Checkpointer
+from electra_jax.errors import CheckpointError
 
 
 def test_a_read_only_open_leaves_a_step_being_written_in_place(tmp_path):
@@ -36,3 +40,34 @@ def test_a_read_only_open_leaves_a_step_being_written_in_place(tmp_path):
   assert reader.latest_step() is None
   reader.close()
   assert not os.path.exists(tmp_path / 'empty')
+
+
+def test_a_workdir_has_one_writer_at_a_time_and_a_killed_one_leaves_no_lock(tmp_path):
+  """A second writer of a workdir (the same command started twice) is refused in one line naming the first, before
+  it touches anything; readers are not. The lock goes with the process: a killed writer leaves none."""
+  first = Checkpointer(tmp_path / 'run')
+  first.save(1, {'w': jnp.ones(2)}, {})
+  first.wait()
+  with pytest.raises(CheckpointError, match=rf'in use by another run \(process {os.getpid()} on .*; '
+                                            r'\.checkpoints\.lock\): wait for it to end, or give another --workdir'):
+    Checkpointer(tmp_path / 'run')
+  reader = Checkpointer(tmp_path / 'run', read_only=True)
+  assert reader.latest_step() == 1
+  reader.close()
+  first.close()
+  assert not os.path.exists(tmp_path / 'run' / '.checkpoints.lock')  # a run that ended leaves no file
+  Checkpointer(tmp_path / 'run').close()
+
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from electra_jax.checkpoint import Checkpointer; '
+       'held = Checkpointer(sys.argv[1]); print("held", flush=True); time.sleep(600)', str(tmp_path / 'run')],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline() == 'held\n'
+    with pytest.raises(CheckpointError, match=rf'process {holder.pid} on'):
+      Checkpointer(tmp_path / 'run')
+  finally:
+    holder.kill()
+    holder.wait()
+  assert os.path.exists(tmp_path / 'run' / '.checkpoints.lock')  # its file stays, locking nothing
+  Checkpointer(tmp_path / 'run').close()
