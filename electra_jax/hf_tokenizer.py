@@ -11,8 +11,8 @@ needed to export):
   the Metaspace pre-tokenizer does, changes nothing.
 - WordPiece: the `tokenizers` pipeline `WordPieceTokenizer` already runs (BERT's normaliser and pre-tokenizer).
 
-Text that spells a special token ("[MASK]") is that token, as in transformers' own tokenizers; an uncased
-SentencePiece tokenizer of ours reads it as the pieces of "[mask]" instead.
+Text that spells a special token ("[MASK]") is that token, as in transformers' own tokenizers; our WordPiece and
+uncased SentencePiece tokenizers read it as text (the pieces of "[", "mask", "]").
 """
 
 

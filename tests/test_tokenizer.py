@@ -110,6 +110,18 @@ def test_google_style_vocab_txt(tmp_path):
   assert tokenizer.decode(ids[0]) == 'the cats sat on the mat.'
 
 
+def test_wordpiece_reads_text_as_the_official_tokenizer_does(tmp_path):
+  """As BERT's FullTokenizer: text that spells a special token is split like any other (a corpus spelling '[PAD]'
+  gets no pad id, which would open a hole in its input mask), and a word of up to 200 characters is read; a longer
+  one is [UNK]."""
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[', ']', 'pad', 'sep', 'mask', 'x', 'a', '##a']
+  tokenizer = tokenizer_lib.load(_write_vocab(tmp_path / 'vocab.txt', tokens))
+  ids = tokenizer.encode(['x [PAD] [SEP]x [MASK]', 'a' * 200, 'a' * 201])
+  assert tokenizer.pieces(ids[0]) == ['x', '[', 'pad', ']', '[', 'sep', ']', 'x', '[', 'mask', ']']
+  assert ids[1] == [11] + [12] * 199
+  assert ids[2] == [1]
+
+
 def test_vocab_without_special_tokens(tmp_path):
   path = _write_vocab(tmp_path / 'vocab.txt', ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'the', 'cat'])
   with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):

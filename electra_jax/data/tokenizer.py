@@ -125,31 +125,41 @@ class SentencePieceTokenizer(Tokenizer):
     return [self.sp.id_to_piece(int(i)) for i in ids]
 
 
+# The official tokenizer (BERT's WordpieceTokenizer) reads a longer word as [UNK]; the `tokenizers` library's default
+# is 100 characters.
+MAX_WORD_CHARS = 200
+
+
 class WordPieceTokenizer(Tokenizer):
   """A BERT WordPiece vocabulary ('##' continuations) with BERT's normaliser and pre-tokenizer.
 
   Read from a vocab.txt (one token per line, as Google and older transformers save it) or from the WordPiece
   model inside a Hugging Face tokenizer.json (what transformers 5 saves instead). With `lowercase`, accents are
-  stripped too, as BERT's uncased models do.
+  stripped too, as BERT's uncased models do. As the official tokenizer, it splits text that spells a special token
+  ('[SEP]') like any other text and reads words of up to MAX_WORD_CHARS characters (a tokenizer.json: its own limit).
   """
   kind = 'wordpiece'
   file_name = 'vocab.txt'
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
-    from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
+    from tokenizers import Tokenizer as Pipeline, decoders, models, normalizers, pre_tokenizers  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
-    options = {}
+    options = {'unk_token': '[UNK]', 'continuing_subword_prefix': '##', 'max_input_chars_per_word': MAX_WORD_CHARS}
     if model_file.endswith('.json'):
       self.file_name = HF_TOKENIZER_FILE
       vocab, options = _read_tokenizer_json(model_file, self.model_bytes)
     else:
       vocab = _read_vocab(model_file, self.model_bytes)
-    # BertWordPieceTokenizer would silently append missing special tokens: check them first.
     self.special = _special_ids(vocab, model_file)
     self.model_file, self.lowercase = model_file, lowercase
-    self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=lowercase, **options)
+    # No special token is an added token of the pipeline: `tokenizers` would match those in the raw text, so that a
+    # corpus spelling '[PAD]' got a pad id (a hole in its input mask) and '[MASK]' one never chosen for masking.
+    self.tokenizer = Pipeline(models.WordPiece(vocab, **options))
+    self.tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)  # strip_accents follows lowercase
+    self.tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    self.tokenizer.decoder = decoders.WordPiece(prefix=options['continuing_subword_prefix'])
     self._vocab_size = len(vocab)
 
   @property
@@ -188,7 +198,7 @@ def _read_vocab(path: str, content: bytes) -> dict[str, int]:
 
 
 def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dict]:
-  """The WordPiece vocabulary of a Hugging Face tokenizer.json, and BertWordPieceTokenizer's options for it."""
+  """The WordPiece vocabulary of a Hugging Face tokenizer.json, and its WordPiece model's options."""
   model = _read_json_object(path, content).get('model')
   if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
     kind = model.get('type') if isinstance(model, dict) else None
@@ -198,7 +208,8 @@ def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dic
   if sorted(vocab.values()) != list(range(len(vocab))):
     raise DataError(f'{path!r}: the WordPiece vocabulary\'s ids are not 0..{len(vocab) - 1}')
   return vocab, {'unk_token': model.get('unk_token', '[UNK]'),
-                 'wordpieces_prefix': model.get('continuing_subword_prefix', '##')}
+                 'continuing_subword_prefix': model.get('continuing_subword_prefix', '##'),
+                 'max_input_chars_per_word': model.get('max_input_chars_per_word', 100)}
 
 
 def _json_lowercase(path: str) -> bool:
