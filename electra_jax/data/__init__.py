@@ -89,10 +89,8 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
   if examples_lib.is_built(config.source):
     return tokenizer_lib.load(built_directory(config, shards=[]))
   source = open_source(config)
-  # SentencePiece's key names its training text's line cut (83674ab): tokenizers cached before it were trained
-  # without the lines over its length limit, and would stay on machines that cached one while others trained anew.
-  cut = [] if config.tokenizer_type == 'wordpiece' else [f'lines cut at {tokenizer_lib.SENTENCEPIECE_MAX_BYTES}']
-  key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase, *cut)
+  key = _fingerprint(source.fingerprint(), config.tokenizer_type, config.vocab_size, config.lowercase,
+                     *tokenizer_lib.TRAINER_CHANGES[config.tokenizer_type])
   directory = os.path.join(cache_dir(config), f'tokenizer-{config.tokenizer_type}-{config.vocab_size}-{key}')
   if hosts.processes() == 1:  # not jax.process_count(): `data build` and `data tokenizer` start no backend
     return _cached_or_trained(config, source, directory)

@@ -8,6 +8,7 @@ put the special tokens at ids 0..4; an existing model or vocabulary is accepted 
 and casing), and `load(directory)` reads them back: that is how a run's workdir and a built dataset carry theirs.
 """
 
+import collections
 import hashlib
 import json
 import os
@@ -323,6 +324,15 @@ SENTENCEPIECE_THREADS = 16
 # The trainer skips every line longer than this many UTF-8 bytes (its max_sentence_length), saying so only in its
 # log: longer lines (a paragraph per line) are cut into pieces under it instead (`_cut`).
 SENTENCEPIECE_MAX_BYTES = 4192
+# The share of a corpus's characters a trained tokenizer gives pieces of their own (SentencePiece's
+# character_coverage; the rarest others are [UNK]), and the fewest characters WordPiece keeps (its trainer's default).
+CHARACTER_COVERAGE = 0.9995
+WORDPIECE_ALPHABET = 1000
+# What each trainer has changed since tokenizers were first cached, named in the cache's key: one cached before a
+# change would stay on machines that had cached it while others trained anew.
+TRAINER_CHANGES = {'unigram': (f'lines cut at {SENTENCEPIECE_MAX_BYTES}',),  # 83674ab
+                   'bpe': (f'lines cut at {SENTENCEPIECE_MAX_BYTES}',),
+                   'wordpiece': (f'alphabet covering {CHARACTER_COVERAGE}',)}
 
 
 def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase, max_sentences) -> Tokenizer:
@@ -335,7 +345,7 @@ def _train_sentencepiece(sample, directory, *, vocab_size, model_type, lowercase
   options = dict(
       input='text.txt', model_prefix='spm', vocab_size=vocab_size, model_type=model_type, pad_id=0, unk_id=1, bos_id=-1,
       eos_id=-1, pad_piece='[PAD]', unk_piece='[UNK]', user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'],
-      character_coverage=0.9995, input_sentence_size=max_sentences, shuffle_input_sentence=True,
+      character_coverage=CHARACTER_COVERAGE, input_sentence_size=max_sentences, shuffle_input_sentence=True,
       num_threads=SENTENCEPIECE_THREADS, minloglevel=2)
   trained = subprocess.run([sys.executable, '-c', _SENTENCEPIECE_TRAINER, json.dumps(options)], capture_output=True,
                            text=True, check=False, cwd=directory)
@@ -373,11 +383,27 @@ def _vocabulary_advice(why: str) -> str:
   return 'Check data.vocab_size against the corpus'
 
 
+def _alphabet_size(lines: Sequence[str], coverage: float = CHARACTER_COVERAGE) -> int:
+  """How many of the most frequent characters of `lines` (spaces aside) make up `coverage` of their characters."""
+  counts = collections.Counter()
+  for line in lines:
+    counts.update(line)
+  frequencies = sorted((n for c, n in counts.items() if not c.isspace()), reverse=True)
+  needed, covered = coverage * sum(frequencies), 0
+  for size, n in enumerate(frequencies, 1):
+    covered += n
+    if covered >= needed:
+      return size
+  return 0
+
+
 def _train_wordpiece(lines, directory, *, vocab_size, lowercase) -> Tokenizer:
   from tokenizers import BertWordPieceTokenizer  # noqa: PLC0415
   trainer = BertWordPieceTokenizer(lowercase=lowercase)
+  # The trainer keeps only the 1,000 most frequent characters by default: a Chinese or Japanese corpus (one piece
+  # per ideograph) lost the rest to [UNK]. At least those SentencePiece's coverage would keep.
   trainer.train_from_iterator(lines, vocab_size=vocab_size, special_tokens=list(SPECIAL_PIECES),
-                              show_progress=False)
+                              limit_alphabet=max(WORDPIECE_ALPHABET, _alphabet_size(lines)), show_progress=False)
   if trainer.get_vocab_size() <= len(SPECIAL_PIECES):
     raise DataError(NO_TEXT)
   # The trainer numbers its alphabet, and so the merges that tie with it, in hash order: another order each time.
