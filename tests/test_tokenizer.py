@@ -159,11 +159,13 @@ def test_bad_tokenizer_paths(tmp_path):
     tokenizer_lib.train(['a b'], str(tmp_path / 't'), vocab_size=10, kind='char')
 
 
-def _tokenizer_json(path, model):
-  """A Hugging Face tokenizer.json with `model` (the `tokenizers` library's own serialisation)."""
-  from tokenizers import Tokenizer, normalizers  # noqa: PLC0415
+def _tokenizer_json(path, model, normalizer=None):
+  """A Hugging Face tokenizer.json with `model` and BERT's pipeline, cased unless `normalizer` (the `tokenizers`
+  library's own serialisation)."""
+  from tokenizers import Tokenizer, normalizers, pre_tokenizers  # noqa: PLC0415
   tokenizer = Tokenizer(model)
-  tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+  tokenizer.normalizer = normalizer or normalizers.BertNormalizer(lowercase=False)
+  tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
   tokenizer.save(str(path))
   return str(path)
 
@@ -185,6 +187,22 @@ def test_wordpiece_tokenizer_json_reads_like_its_vocab_txt(tmp_path):
   assert sorted(p.name for p in saved.iterdir()) == ['electra_tokenizer.json', 'tokenizer.json']
   assert tokenizer_lib.load(str(saved)).encode(text) == from_json.encode(text)
   assert pickle.loads(pickle.dumps(from_json)).encode(text) == from_json.encode(text)
+
+
+def test_a_tokenizer_json_reads_text_as_its_normaliser_says(tmp_path):
+  """A BertNormalizer's options are the file's (an uncased tokenizer that keeps accents, as some HF models'), and a
+  normaliser we would not run as the file does is refused in one line rather than giving other ids."""
+  from tokenizers import normalizers  # noqa: PLC0415
+  from tokenizers.models import WordPiece  # noqa: PLC0415
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'cafe', 'café']
+  model = WordPiece({t: i for i, t in enumerate(tokens)}, unk_token='[UNK]')
+  keeps_accents = tokenizer_lib.load(_tokenizer_json(
+      tmp_path / 'keeps.json', model, normalizers.BertNormalizer(lowercase=True, strip_accents=False)))
+  assert keeps_accents.lowercase and keeps_accents.encode(['CAFÉ Cafe']) == [[6, 5]]
+  nfc = _tokenizer_json(tmp_path / 'nfc.json', model, normalizers.Sequence([normalizers.NFC()]))
+  with pytest.raises(DataError, match=r"nfc.json': its normalizer is Sequence, not BertNormalizer; electra_jax reads "
+                                      r'BERT-style WordPiece tokenizers, and would give other ids than this file'):
+    tokenizer_lib.load(nfc)
 
 
 def test_tokenizer_json_that_is_not_wordpiece_is_one_clear_error(tmp_path):

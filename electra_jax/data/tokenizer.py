@@ -136,8 +136,9 @@ class WordPieceTokenizer(Tokenizer):
 
   Read from a vocab.txt (one token per line, as Google and older transformers save it) or from the WordPiece
   model inside a Hugging Face tokenizer.json (what transformers 5 saves instead). With `lowercase`, accents are
-  stripped too, as BERT's uncased models do. As the official tokenizer, it splits text that spells a special token
-  ('[SEP]') like any other text and reads words of up to MAX_WORD_CHARS characters (a tokenizer.json: its own limit).
+  stripped too, as BERT's uncased models do (a tokenizer.json: as its normaliser says). As the official tokenizer,
+  it splits text that spells a special token ('[SEP]') like any other text and reads words of up to MAX_WORD_CHARS
+  characters (a tokenizer.json: its own limit).
   """
   kind = 'wordpiece'
   file_name = 'vocab.txt'
@@ -148,9 +149,10 @@ class WordPieceTokenizer(Tokenizer):
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     options = {'unk_token': '[UNK]', 'continuing_subword_prefix': '##', 'max_input_chars_per_word': MAX_WORD_CHARS}
+    normalizer = {}  # BERT's: strip_accents follows lowercase
     if model_file.endswith('.json'):
       self.file_name = HF_TOKENIZER_FILE
-      vocab, options = _read_tokenizer_json(model_file, self.model_bytes)
+      vocab, options, normalizer = _read_tokenizer_json(model_file, self.model_bytes)
     else:
       vocab = _read_vocab(model_file, self.model_bytes)
     self.special = _special_ids(vocab, model_file)
@@ -158,7 +160,7 @@ class WordPieceTokenizer(Tokenizer):
     # No special token is an added token of the pipeline: `tokenizers` would match those in the raw text, so that a
     # corpus spelling '[PAD]' got a pad id (a hole in its input mask) and '[MASK]' one never chosen for masking.
     self.tokenizer = Pipeline(models.WordPiece(vocab, **options))
-    self.tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)  # strip_accents follows lowercase
+    self.tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, **normalizer)
     self.tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     self.tokenizer.decoder = decoders.WordPiece(prefix=options['continuing_subword_prefix'])
     self._vocab_size = len(vocab)
@@ -198,9 +200,12 @@ def _read_vocab(path: str, content: bytes) -> dict[str, int]:
   return vocab
 
 
-def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dict]:
-  """The WordPiece vocabulary of a Hugging Face tokenizer.json, and its WordPiece model's options."""
-  model = _read_json_object(path, content).get('model')
+def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dict, dict]:
+  """The WordPiece vocabulary of a Hugging Face tokenizer.json, its WordPiece model's options and its
+  BertNormalizer's (but the casing: `_json_lowercase`). Another normaliser or pre-tokenizer than BERT's is refused:
+  the file's ids would not be ours."""
+  spec = _read_json_object(path, content)
+  model = spec.get('model')
   if not isinstance(model, dict) or model.get('type') != 'WordPiece' or not isinstance(model.get('vocab'), dict):
     kind = model.get('type') if isinstance(model, dict) else None
     raise DataError(f'{path!r} holds a {kind or "unknown"} tokenizer, not WordPiece; electra_jax reads WordPiece '
@@ -208,9 +213,16 @@ def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dic
   vocab = model['vocab']
   if sorted(vocab.values()) != list(range(len(vocab))):
     raise DataError(f'{path!r}: the WordPiece vocabulary\'s ids are not 0..{len(vocab) - 1}')
+  for step, bert in (('normalizer', 'BertNormalizer'), ('pre_tokenizer', 'BertPreTokenizer')):
+    kind = spec.get(step).get('type') if isinstance(spec.get(step), dict) else None
+    if kind != bert:
+      raise DataError(f'{path!r}: its {step} is {kind or "none"}, not {bert}; electra_jax reads BERT-style '
+                      'WordPiece tokenizers, and would give other ids than this file')
+  normalizer = {k: v for k, v in spec['normalizer'].items() if k in ('clean_text', 'handle_chinese_chars',
+                                                                     'strip_accents')}
   return vocab, {'unk_token': model.get('unk_token', '[UNK]'),
                  'continuing_subword_prefix': model.get('continuing_subword_prefix', '##'),
-                 'max_input_chars_per_word': model.get('max_input_chars_per_word', 100)}
+                 'max_input_chars_per_word': model.get('max_input_chars_per_word', 100)}, normalizer
 
 
 def _json_lowercase(path: str) -> bool:
