@@ -113,8 +113,8 @@ def devices(topology: str) -> list:
   gpu, nodes, per_node = parse(topology)
   cuda_plugin = plugin()
   if cuda_plugin is None:
-    raise ConfigError('the CUDA plugin is not installed: pip install "jax[cuda12]==<your jax version>" (about '
-                      '3 GiB of NVIDIA wheels; no GPU needed)')
+    raise ConfigError('the CUDA plugin is not installed: pip install -e ".[cuda]" in a clone, or "jax[cuda12]==<your '
+                      'jax version>" (about 5 GB of NVIDIA wheels; no GPU needed)')
   from jax.experimental import topologies  # noqa: PLC0415
   try:
     topo = topologies.get_topology_desc(platform='cuda', target_config=target_config(gpu, cuda_plugin),

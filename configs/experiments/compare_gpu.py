@@ -24,7 +24,7 @@ resumes there), so a budget costs one checkpoint. One tokenizer and one packed c
 initialisations x 3 tasks x 3 seeds): 3 train steps (a task's step count is part of its program) and 2 evaluation
 steps (the classification tasks share theirs) are compiled, and a resumed command loads every program from disk.
 
-Full-size cost. FLOPs per step (`flops.train_flops_per_step`, matmuls, 3 x forward; vocabulary 30522):
+Full-size cost. FLOPs per step (`objective.train_flops_per_step`, matmuls, 3 x forward; vocabulary 30522):
 electra 1.150e12 (70.2 MFLOP per token), mlm 1.066e12 (65.0 MFLOP per token). At 1e16 FLOPs: electra 8695 steps
 (142 M tokens), mlm 9385 steps (154 M tokens; multiples of 5), about 6 passes over the corpus's 185 k packed
 examples of 128 tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes budget / (electra
