@@ -299,8 +299,12 @@ def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_co
   assert re.search(r'^mlm: compiled the train step in [0-9.]+ s.*; compiled the evaluation step in ', stderr, re.M)
   assert re.search(r'^fine-tuning pos: compiled the pos fine-tuning step in .*; compiled the pos evaluation step in ',
                    stderr, re.M)
-  stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra')).latest_step())
+  stopped = int(checkpoint.Checkpointer(str(workdir / 'pretrain' / 'electra'), read_only=True).latest_step())
   assert 20 <= stopped < 160 and stopped % 5 == 0 and not (workdir / 'pretrain' / 'mlm').exists()
+  # What finished before the signal is in the table already: the from-scratch baseline, fine-tuned first.
+  cut_short = json.loads((workdir / 'results.json').read_text())
+  assert set(cut_short['scratch']) == {'polarity', 'hedge', 'pos'} and cut_short['objectives'] == {}
+  assert '| from scratch |' in (workdir / 'results.md').read_text()
 
   second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert second.returncode == 0, second.stderr[-3000:]

@@ -335,32 +335,31 @@ def run(config, workdir: str) -> dict:
     finetune_config(config, name, task)
   if config.get('precompile'):
     _precompile(config, plans, task_names, workdir)
-  for p in plans:
-    pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
-
+  # results.json and results.md are written after each fine-tuning, the baseline first and each run's as soon as it
+  # is pre-trained: a command cut short (a time limit) leaves the table of everything finished before.
   results = {'flops_budgets': list(config.flops_budgets), 'seeds': config.seeds, 'tasks': task_names,
              'objectives': {}, 'scratch': {}}
-  for p in plans:
-    results['objectives'][p.name] = {
-        'objective': p.config.objective.name, 'flops_per_step': p.flops_per_step,
-        'budgets': [{'budget': b, 'steps': s, 'train_flops': s * p.flops_per_step, 'tasks': {}}
-                    for b, s in zip(config.flops_budgets, p.steps) if finetuned(config, b)]}
-    if p.generator_train_flops:
-      results['objectives'][p.name]['generator_train_flops'] = p.generator_train_flops
-    results['objectives'][p.name]['pretraining'] = pretraining_summary(os.fspath(workdir / 'pretrain' / p.name))
   for name, task in task_names.items():
     results['scratch'][name] = finetune_once(finetune_config(config, name, task),
                                              os.fspath(workdir / 'scratch' / name))
     write_results(results, workdir)
   for p in plans:
-    for entry in results['objectives'][p.name]['budgets']:
+    pretrain(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))
+    run_results = results['objectives'][p.name] = {
+        'objective': p.config.objective.name, 'flops_per_step': p.flops_per_step,
+        'budgets': [{'budget': b, 'steps': s, 'train_flops': s * p.flops_per_step, 'tasks': {}}
+                    for b, s in zip(config.flops_budgets, p.steps) if finetuned(config, b)]}
+    if p.generator_train_flops:
+      run_results['generator_train_flops'] = p.generator_train_flops
+    run_results['pretraining'] = pretraining_summary(os.fspath(workdir / 'pretrain' / p.name))
+    for entry in run_results['budgets']:
       for name, task in task_names.items():
         c = finetune_config(config, name, task, os.fspath(workdir / 'pretrain' / p.name), entry['steps'])
         entry['tasks'][name] = finetune_once(
             c, os.fspath(workdir / 'finetune' / p.name / budget_name(entry['budget']) / name))
         write_results(results, workdir)
-  plot(results, workdir / 'compare.png')
   print(results_table(results), file=sys.stderr)
+  plot(results, workdir / 'compare.png')
   return results
 
 
@@ -513,7 +512,12 @@ def merge_main(argv: list[str]):
 def plot(results: dict, path: str):
   """A PNG with a panel per task: median score (min-max band) against pre-training FLOPs, a line per run, the
   from-scratch median as a dashed line."""
-  from matplotlib.figure import Figure  # noqa: PLC0415  (only this needs matplotlib)
+  try:
+    from matplotlib.figure import Figure  # noqa: PLC0415  (only this needs matplotlib)
+  except ImportError:  # a bare GPU machine may lack it: the tables are written already
+    print(f'{path} not drawn: matplotlib is not installed (pip install matplotlib, then run the same command)',
+          file=sys.stderr)
+    return
 
   names = list(results['tasks'])
   figure = Figure(figsize=(4.8 * len(names), 4.0), layout='constrained')
