@@ -36,6 +36,7 @@ fails; docs/gpu.md says how to download them and carry them to the machine.
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -50,7 +51,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDED = ('ml_collections', 'tensorboardX', 'grain', 'array_record', 'portpicker')
 VERSIONS = ('jax', 'jaxlib', 'flax', 'optax', 'orbax.checkpoint', 'numpy', 'torch', 'transformers', 'grain',
-            'ml_collections')
+            'ml_collections', 'sentencepiece', 'tokenizers', 'matplotlib')  # the last: compare's plot
 STAGES = ('versions', 'small', 'quickstart', 'resume', 'loop', 'compile', 'base', 'levers')
 # One lever at a time, against the plain command (name: (environment, extra flags)). Config keys are the model's and
 # the objective's; the rest are read by jax when it starts.
@@ -194,6 +195,15 @@ TINY_MODEL = ['--config.model.num_layers=1', '--config.model.hidden_size=32', '-
               '--config.model.intermediate_size=64', '--config.model.embedding_size=32']
 
 
+def chosen(names, wanted: tuple[str, ...]) -> list[str]:
+  """`names` (in their order) that `wanted` names: each a whole name, or else the beginning of names; all if none."""
+  return [n for n in names if not wanted or any(n == w or (w not in names and n.startswith(w)) for w in wanted)]
+
+
+class Stopped(Exception):
+  """SIGTERM or SIGINT (a time limit around the check): `Check.stop`."""
+
+
 class Check:
   """Runs the stages, keeps their rows, prints the table."""
 
@@ -203,6 +213,7 @@ class Check:
     os.makedirs(self.logs, exist_ok=True)
     self.start = time.monotonic()
     self.rows = []
+    self.children = set()  # the stages' processes running now (several when levers compile at once)
     self.env = dict(os.environ, PYTHONUNBUFFERED='1')
     self.env['PYTHONPATH'] = os.pathsep.join(p for p in (REPO, self.env.get('PYTHONPATH', '')) if p)
     if tiny:
@@ -212,6 +223,15 @@ class Check:
 
   def elapsed(self) -> float:
     return time.monotonic() - self.start
+
+  def stop(self, signum, frame):
+    """A signal handler: kills the running stages' process groups (nothing of the check outlives it, holding the
+    GPU's memory for the next command), then ends the check with the table of the stages before."""
+    del frame
+    for process in list(self.children):
+      with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    raise Stopped(f'{signal.Signals(signum).name} at {self.elapsed():.0f} s')
 
   def room(self, stage: str, needs: float) -> bool:
     if self.elapsed() + needs > self.budget:
@@ -238,16 +258,20 @@ class Check:
       f.flush()
       process = subprocess.Popen(argv, cwd=REPO, env={**self.env, **(env or {})}, stdout=f,
                                  stderr=subprocess.STDOUT, start_new_session=True)
-      while process.poll() is None and time.monotonic() - start < limit:
-        if poll:
-          poll()
-        time.sleep(0.02)
-      if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        status = f'TIMEOUT ({limit:.0f} s)'
-      else:
-        status = 'ok' if process.returncode == 0 else f'FAILED (exit {process.returncode})'
+      self.children.add(process)
+      try:
+        while process.poll() is None and time.monotonic() - start < limit:
+          if poll:
+            poll()
+          time.sleep(0.02)
+        if process.poll() is None:
+          os.killpg(process.pid, signal.SIGKILL)
+          process.wait()
+          status = f'TIMEOUT ({limit:.0f} s)'
+        else:
+          status = 'ok' if process.returncode == 0 else f'FAILED (exit {process.returncode})'
+      finally:
+        self.children.discard(process)
     with open(log, encoding='utf-8', errors='replace') as f:
       return status, f.read(), time.monotonic() - start
 
@@ -333,7 +357,7 @@ class Check:
     """Each lever's step is compiled first, all at once, into one compile cache (the compile was most of a lever's
     cost: 73 s of the Small step on an H200, one XLA compile keeping few of the host's cores busy), then timed one
     lever at a time, its step read back from that cache."""
-    names = TINY_LEVERS if self.tiny else [n for n in LEVERS if not self.only or n.startswith(self.only)]
+    names = TINY_LEVERS if self.tiny else chosen(LEVERS, self.only)
     compiled, unknown = {}, {}  # unknown: {lever: the XLA flag this jax's XLA does not have}
     if self.room('lever compiles', 30 if self.tiny else 120):
       start = time.monotonic()
@@ -573,19 +597,24 @@ def main():
   parser.add_argument('--stages', default=','.join(STAGES), help=f'Comma-separated, from {", ".join(STAGES)}.')
   parser.add_argument('--budget', type=float, default=510.0, help='Seconds after which stages are skipped.')
   parser.add_argument('--python', default=sys.executable, help='The Python that runs the stages.')
-  parser.add_argument('--levers', default='', help='Comma-separated beginnings of the names of the levers to measure '
-                      '(default: all, in the order of LEVERS), e.g. "--levers=none,Base: none,prng".')
+  parser.add_argument('--levers', default='', help='Comma-separated names of the levers to measure, or beginnings of '
+                      'names (default: all, in the order of LEVERS), e.g. "--levers=none,Base: none,prng".')
   args = parser.parse_args()
   unknown = set(args.stages.split(',')) - set(STAGES)
   if unknown:
     parser.error(f'unknown stage(s) {", ".join(sorted(unknown))}: choose from {", ".join(STAGES)}')
   check = Check(args.out, args.tiny, args.budget, args.python, tuple(filter(None, args.levers.split(','))))
-  print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
+  signal.signal(signal.SIGTERM, check.stop)
+  signal.signal(signal.SIGINT, check.stop)
   needs = {'versions': 10, 'small': 60, 'quickstart': 60, 'resume': 20, 'loop': 40, 'compile': 90, 'base': 60,
            'levers': 30}
-  for stage in STAGES:
-    if stage in args.stages.split(',') and check.room(stage, 5 if args.tiny else needs[stage]):
-      getattr(check, stage)()
+  try:
+    print(f'wheels: {install_wheels(args.python, check.env)}', flush=True)
+    for stage in STAGES:
+      if stage in args.stages.split(',') and check.room(stage, 5 if args.tiny else needs[stage]):
+        getattr(check, stage)()
+  except Stopped as e:
+    check.row('check', 'STOPPED', 0.0, f'{e}: the stage running then was killed; the rows above are complete')
   table = check.table()
   with open(os.path.join(args.out, 'table.md'), 'w', encoding='utf-8') as f:
     f.write(table + '\n')

@@ -5,7 +5,8 @@
 
 As a PyTorch user would write it: ElectraForMaskedLM + ElectraForPreTraining with shared embeddings, the same
 sizes, dropout rates, batch, masking (15%, [CLS]/[SEP] never), Gumbel sampling and loss weights, AdamW with
-global-norm clipping. On a GPU: bf16 autocast, the fused AdamW and SDPA attention. It computes the generator's
+global-norm clipping. On a GPU: bf16 autocast, the fused AdamW and SDPA attention, and the attention dropout the
+JAX step has there (none where model.attention=auto fuses it, as configs/small.py on a GPU). It computes the generator's
 logits at every position and keeps the selected ones, as HF's MLM head does (the JAX step projects only the
 selected positions). Prints one line `torch: step ... ms, ... tokens/s, ...`, then the same numbers as
 `RESULT {json}` for the programs that read them (bench/step_throughput.py).
@@ -110,6 +111,9 @@ def main(argv):
   cfg.batch_size = _BATCH.value
   if _LENGTH.value:
     cfg.data.max_seq_length = _LENGTH.value
+  import torch  # noqa: PLC0415
+  if torch.cuda.is_available():  # the config is loaded for jax's CPU (above): take what the JAX step does on a GPU
+    cfg.model.attention_dropout_rate = config_lib.for_platform(cfg.model, 'gpu')['attention_dropout_rate']
   c = config_lib.load(cfg, vocab_size=_VOCAB.value)
   length = c.data.max_seq_length
   r = time_torch(c, c.batch_size, length, _STEPS.value, _COMPILE.value)

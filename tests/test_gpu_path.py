@@ -6,8 +6,10 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -200,3 +202,45 @@ def test_threefry_kernels_on_gpus_unless_the_user_says_otherwise(monkeypatch):
   monkeypatch.setenv('JAX_THREEFRY_GPU_KERNEL_LOWERING', 'false')
   with scaffold.threefry_kernels():
     assert not jax.config.jax_threefry_gpu_kernel_lowering
+
+
+def test_gpu_check_levers_named_whole_are_those_alone():
+  """--levers: a whole name is that lever ('fused_qkv off' is not also 'fused_qkv off, dropout_draw=rbg'); another
+  word is the beginning of names."""
+  gpu_check = _gpu_check()
+  names = ['none', 'fused_qkv off, dropout_draw=rbg', 'fused_qkv off', 'Base: none', 'Base: fused_qkv off']
+  assert gpu_check.chosen(names, ('fused_qkv off', 'Base: none')) == ['fused_qkv off', 'Base: none']
+  assert gpu_check.chosen(names, ('fused', 'Base')) == names[1:]
+  assert gpu_check.chosen(names, ()) == names
+
+
+def test_a_stopped_gpu_check_kills_its_stage_and_writes_the_table(tmp_path):
+  """A time limit's SIGTERM: the stage running (a process group of its own) is killed, nothing of the check is left
+  running, and table.md holds the rows before with a STOPPED one."""
+  out = tmp_path / 'check'
+  check = subprocess.Popen([sys.executable, 'bench/gpu_check.py', str(out), '--tiny', '--stages=versions,small'],
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  log = out / 'logs' / 'small.log'
+  while not log.exists() and check.poll() is None:
+    time.sleep(0.05)
+  time.sleep(1)
+  stage = [int(pid) for pid in subprocess.run(['pgrep', '-P', str(check.pid)], capture_output=True, text=True,
+                                              check=False).stdout.split()]
+  stage += [int(pid) for parent in stage for pid in subprocess.run(
+      ['pgrep', '-P', str(parent)], capture_output=True, text=True, check=False).stdout.split()]
+  check.send_signal(signal.SIGTERM)
+  output = check.communicate(timeout=60)[0]
+  assert check.returncode == 1, output
+  rows = (out / 'table.md').read_text().splitlines()
+  assert rows[2].startswith('| versions | ok |') and rows[-1].startswith('| check | STOPPED | 0 | SIGTERM at '), rows
+  time.sleep(0.5)
+  assert stage and not [pid for pid in stage if _running(pid)], stage
+
+
+def _running(pid: int) -> bool:
+  """Whether process `pid` exists and is not a zombie (killed, not yet reaped)."""
+  try:
+    with open(f'/proc/{pid}/stat', encoding='utf-8') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except FileNotFoundError:
+    return False

@@ -30,29 +30,29 @@ electra 1.150e12 (70.2 MFLOP per token), mlm 1.066e12 (65.0 MFLOP per token). At
 examples of 128 tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes budget / (electra
 tokens/s x 70.2e6):
 
-| electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated |
+| electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated (+ 3-4 min) |
 |---|---:|---:|---:|
-| 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | ~45 min: does not fit |
-| 566 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 4.2 min | 8.4 min | ~16 min: two calls |
-| 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | ~12 min: two calls |
-| 1.22 M (measured: the step alone, 5 steps a call, H200, 2026-11-28) | 1.9 min | 3.9 min | ~8.5 min: one call, just |
-| 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | ~8 min: one call |
+| 148 k (measured, H200, 2026-11-26, before issue 44's work) | 16.0 min | 32 min | 35-36 min: does not fit |
+| 566 k (measured: the GPU quickstart's training loop, H200, 2026-11-27) | 4.2 min | 8.4 min | 11.5-12.5 min: 2 calls |
+| 997 k (measured: the step alone, H200, 2026-11-27) | 2.4 min | 4.8 min | 8-9 min: one call, just |
+| 1.22 M (measured: the step alone, 5 steps a call, H200, 2026-11-28) | 1.9 min | 3.9 min | 7-8 min: one call |
+| 1.5 M (issue 44's goal on one H100) | 95 s | 3.2 min | 6-7 min: one call |
 
-The rest, estimated: wheels and imports ~15 s; the WordPiece tokenizer, once, ~15 s (13 s on a 2-core CPU); every step
-compiled at once before electra trains (`precompile`), the corpus packed meanwhile (18 s alone on a 2-core CPU): the two
-runs' train and evaluation steps and the 5 fine-tuning steps (3 train steps: a task's step count is part of its program;
-2 evaluation steps: the classification tasks share theirs), ~1.5-2 min where one after another they take ~5 (alone, the
-quickstart's train and evaluation steps took 74 and 13 s on the H200, 2026-11-28, from empty caches; 6 train steps at
-once took 94-100 s each on its 16-core host; compiled for an H200 without a GPU, jax 0.11.2's XLA takes 2.5-3x as long
-as 0.10.2's for today's program, most of it in its fusion autotuner: BENCHMARKS.md, "How long XLA:GPU compiles the
-step"; if a GPU pays the same, `XLA_FLAGS=--xla_gpu_experimental_enable_fusion_autotuner=false` saves it); per run the
-initialiser (~6 s) and 18 evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 27 seed runs (3
-initialisations x 3 tasks x 3 seeds) of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs
-in all (~1 min at 10 ms per step, plus ~1 s per seed run to restore and evaluate). The compiles and fine-tuning come to
-about 3-4 minutes, so 1e16 may just not fit one 9-minute command: run it then with a time limit (`timeout -s TERM`),
-which stops it as a preemption would, and again to continue (docs/experiments.md). The budget is the one override:
-`--config.flops_budgets=3e16` (3 x the steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and 18
-more fine-tunings at 3e15).
+The rest (the 3-4 minutes above), estimated: wheels and imports ~15 s; the WordPiece tokenizer, once, ~15 s (13 s on
+a 2-core CPU); every step compiled at once before electra trains (`precompile`), the corpus packed meanwhile (18 s
+alone on a 2-core CPU): the two runs' train and evaluation steps and the 5 fine-tuning steps (3 train steps: a task's
+step count is part of its program; 2 evaluation steps: the classification tasks share theirs), ~1.5-2 min where one
+after another they take ~5 (alone, the quickstart's train and evaluation steps took 74 and 13 s on the H200,
+2026-11-28, from empty caches; 6 train steps at once took 94-100 s each on its 16-core host; compiled for an H200
+without a GPU, jax 0.11.2's XLA takes 2.5-3x as long as 0.10.2's for today's program, most of it in its fusion
+autotuner: BENCHMARKS.md, "How long XLA:GPU compiles the step"; if a GPU pays the same,
+`XLA_FLAGS=--xla_gpu_experimental_enable_fusion_autotuner=false` saves it); per run the initialiser (~6 s) and 18
+evaluations of 8 forward passes (~0.5% of the run); fine-tuning: 27 seed runs (3 initialisations x 3 tasks x 3 seeds)
+of 313 (polarity), 94 and 94 steps of 32 x 64 tokens, 4.5 k steps and 5.5e14 FLOPs in all (~1 min at 10 ms per step,
+plus ~1 s per seed run to restore and evaluate). The compiles and fine-tuning come to about 3-4 minutes, so 1e16 may
+just not fit one 9-minute command: run it then with a time limit (`timeout -s TERM`), which stops it as a preemption
+would, and again to continue (docs/experiments.md). The budget is the one override: `--config.flops_budgets=3e16` (3
+x the steps), or two budgets (`=3e15,1e16`: still one run each, a checkpoint and 18 more fine-tunings at 3e15).
 
 `--config=configs/experiments/compare_gpu.py:tiny` is the same preset at a CPU's size (a 1-layer H=32 model,
 32-token sequences, 64 pieces, a budget of 160 electra and 245 mlm steps): what tests/test_compare.py runs end to
