@@ -43,7 +43,7 @@ def test_target_config_takes_the_installed_cudnn_and_cuda_versions(monkeypatch):
 
 @pytest.mark.skipif(gpu_targets.plugin() is not None, reason='a CUDA plugin is installed')
 def test_without_the_cuda_plugin_the_report_says_what_to_install():
-  with pytest.raises(ConfigError, match=r'pip install "jax\[cuda12\]'):
+  with pytest.raises(ConfigError, match=r'the CUDA plugin is not installed: pip install -e "\.\[cuda\]" in a clone'):
     aot.topology_devices('h100:8')
 
 
