@@ -209,7 +209,7 @@ class Checkpointer:
           with contextlib.suppress(Exception):
             self.manager.close()
       finally:
-        if self._lock:  # removed while held, then released: a run that ended leaves no file behind
+        if self._lock:  # removed while held, then released: a run that ended leaves no file behind (`_lock`)
           with contextlib.suppress(OSError):
             os.remove(self._lock.name)
           self._lock.close()
@@ -222,20 +222,34 @@ def _lock(workdir):
   """WORKDIR/LOCK, open and locked by this process; refuses a workdir whose checkpoints another live run writes.
 
   An flock goes with its process: a run that was killed leaves its file, which locks nothing. Taken by process 0
-  only (the others of its run share a workdir), and not on gs://, which has no locks. None then.
+  only (the others of its run share a workdir); none on gs://, which has no locks, nor on a file system that
+  offers no flock (Lustre without -o flock, NFS without its lock daemon). None then.
   """
   if fileio.is_remote(workdir) or jax.process_index() != 0:
     return None
   os.makedirs(workdir, exist_ok=True)
-  file = open(os.path.join(workdir, LOCK), 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
-  try:
-    fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except OSError:  # BlockingIOError: held
-    file.seek(0)
-    holder = file.read().strip() or 'another process'
+  path = os.path.join(workdir, LOCK)
+  while True:
+    file = open(path, 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+    try:
+      fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      file.seek(0)
+      holder = file.read().strip() or 'another process'
+      file.close()
+      raise CheckpointError(f'{workdir} is in use by another run ({holder}; {LOCK}): wait for it to end, or give '
+                            'another --workdir') from None
+    except OSError as e:  # ENOLCK, ENOSYS, EOPNOTSUPP: no locks here
+      file.close()
+      print(f'warning: {workdir} cannot be locked ({fileio.describe(e)}): nothing stops a second run of it',
+            file=sys.stderr)
+      return None
+    try:  # the file this process locked may have been removed by its last holder's close since it was opened
+      if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
+        break
+    except FileNotFoundError:
+      pass
     file.close()
-    raise CheckpointError(f'{workdir} is in use by another run ({holder}; {LOCK}): wait for it to end, or give '
-                          'another --workdir') from None
   file.truncate(0)
   file.write(f'process {os.getpid()} on {socket.gethostname()} since {time.strftime("%Y-%m-%d %H:%M:%S")}\n')
   file.flush()

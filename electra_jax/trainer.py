@@ -228,22 +228,18 @@ def _evaluator(c: config_lib.TrainConfig, run: train_step.Pretraining, examples,
 def _initial_state(c: config_lib.TrainConfig, run: train_step.Pretraining, checkpointer: Checkpointer, batches,
                    tokenizer):
   """The state of the newest checkpoint that reads back (and `batches` set to its position), else a fresh one:
-  initialised, from init_checkpoint, as the objective needs it. Closes `checkpointer` if it fails."""
-  try:
-    restored = checkpointer.restore_latest(run.abstract_state())
-    if restored is None:
-      state = run.init_state(jax.random.PRNGKey(c.seed))
-      if c.init_checkpoint:
-        state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
-      return objective.get(c.objective.name).initial_state(c, run, state, tokenizer)
-    latest, state, data_state = restored
-    batches.set_state(data_state)
-    if jax.process_index() == 0:
-      print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
-    return state
-  except BaseException:
-    checkpointer.close()
-    raise
+  initialised, from init_checkpoint, as the objective needs it."""
+  restored = checkpointer.restore_latest(run.abstract_state())
+  if restored is None:
+    state = run.init_state(jax.random.PRNGKey(c.seed))
+    if c.init_checkpoint:
+      state = continued.initial_state(c.init_checkpoint, c.init_optimizer, run, state)
+    return objective.get(c.objective.name).initial_state(c, run, state, tokenizer)
+  latest, state, data_state = restored
+  batches.set_state(data_state)
+  if jax.process_index() == 0:
+    print(f'resuming from checkpoint {latest} in {checkpointer.directory}', file=sys.stderr)
+  return state
 
 
 def _start(c: config_lib.TrainConfig, run: train_step.Pretraining, tokenizer, workdir, config_dict: dict,

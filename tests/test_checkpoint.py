@@ -1,6 +1,8 @@
 """Checkpointer: what opening a workdir's checkpoints does to the directory, for the run that writes them and for
 whoever only reads them."""
 
+import errno
+import fcntl
 import os
 import subprocess
 import sys
@@ -40,6 +42,34 @@ def test_a_read_only_open_leaves_a_step_being_written_in_place(tmp_path):
   assert reader.latest_step() is None
   reader.close()
   assert not os.path.exists(tmp_path / 'empty')
+
+
+def test_a_lock_file_removed_before_it_was_locked_is_opened_again_and_no_flock_is_no_lock(tmp_path, monkeypatch,
+                                                                                          capsys):
+  """A writer that opens the lock file just before the last holder's close removes it then locks a file with no name,
+  which the next writer would not see: it opens the path again. A file system without flock (Lustre without
+  -o flock: ENOSYS) leaves the workdir unlocked with a warning, not refused as if another run held it."""
+  run = tmp_path / 'run'
+  flock = fcntl.flock
+  calls = []
+  def removed_first(file, operation):
+    if not calls:
+      os.remove(run / '.checkpoints.lock')  # the last holder's close, between this open and this flock
+    calls.append(file.fileno())
+    return flock(file, operation)
+  monkeypatch.setattr(fcntl, 'flock', removed_first)
+  writer = Checkpointer(run)
+  assert len(calls) == 2 and os.path.exists(run / '.checkpoints.lock')
+  monkeypatch.setattr(fcntl, 'flock', flock)
+  with pytest.raises(CheckpointError, match='in use by another run'):
+    Checkpointer(run)  # sees the lock of the file at the path
+  writer.close()
+
+  def unsupported(file, operation):
+    raise OSError(errno.ENOSYS, 'Function not implemented')
+  monkeypatch.setattr(fcntl, 'flock', unsupported)
+  Checkpointer(run).close()
+  assert 'cannot be locked' in capsys.readouterr().err
 
 
 def test_a_workdir_has_one_writer_at_a_time_and_a_killed_one_leaves_no_lock(tmp_path):
