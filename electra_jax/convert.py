@@ -416,11 +416,12 @@ def _do_lower_case(directory) -> bool | None:
 
 
 def _tokenizer_file(tokenizer_dir: str | None, vocab_file: str | None) -> str | None:
-  """The file `write_workdir` reads the tokenizer from: `vocab_file`, else the first of tokenizer.model, vocab.txt
-  and tokenizer.json in `tokenizer_dir` (an HF directory may hold several); None if there is none."""
+  """The file `write_workdir` reads the tokenizer from: `vocab_file`, else the first of tokenizer.model,
+  tokenizer.json (which holds the normaliser's options) and vocab.txt in `tokenizer_dir` (an HF directory may hold
+  several); None if there is none."""
   if vocab_file:
     return vocab_file
-  for name in ('tokenizer.model', 'vocab.txt', 'tokenizer.json'):
+  for name in ('tokenizer.model', 'tokenizer.json', 'vocab.txt'):
     if tokenizer_dir and (fileio.path(tokenizer_dir) / name).is_file():
       return os.fspath(fileio.path(tokenizer_dir) / name)
   return None

@@ -4,8 +4,8 @@
   python -m electra_jax.detect --checkpoint WORKDIR --json "the chef ate the meal"
 
 WORKDIR is a pre-training run or an import (`python -m electra_jax.convert`). Its tokenizer is
-WORKDIR/tokenizer.model (SentencePiece, what the trainer writes), WORKDIR/vocab.txt (WordPiece, what Google and
-older transformers ship) or WORKDIR/tokenizer.json (WordPiece, what transformers 5 saves). The text is encoded as
+WORKDIR/tokenizer.model (SentencePiece, what the trainer writes), WORKDIR/tokenizer.json (WordPiece, what transformers
+saves) or WORKDIR/vocab.txt (WordPiece, what Google ships). The text is encoded as
 [CLS] text [SEP], one segment.
 """
 

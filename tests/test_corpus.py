@@ -122,6 +122,23 @@ def test_a_moved_corpus_keeps_its_tokenizer_and_packed_data(tmp_path, corpus_fil
   del cache_dir
 
 
+def test_text_is_packed_again_when_its_tokenizer_encodes_otherwise(corpus_file, cache_dir, monkeypatch):
+  """A change of how a tokenizer kind encodes (`Tokenizer.encode_changes`) keys the packed cache, not the tokenizer's
+  fingerprint that built datasets and checkpoints record: the text is packed again with the same tokenizer."""
+  config = data.DataConfig(source=corpus_file, tokenizer_type='wordpiece', vocab_size=100, max_seq_length=32)
+  tokenizer = data.load_tokenizer(config)
+  data.load_examples(config, tokenizer)
+  packed = []
+  monkeypatch.setattr(build, 'pack_in_memory', lambda *args, real=build.pack_in_memory, **kwargs: (
+      packed.append(1), real(*args, **kwargs))[1])
+  data.load_examples(config, tokenizer)
+  assert not packed
+  monkeypatch.setattr(type(tokenizer), 'encode_changes', (*tokenizer.encode_changes, 'a later change'))
+  data.load_examples(config, tokenizer)
+  assert packed == [1] and tokenizer.fingerprint == data.load_tokenizer(config).fingerprint
+  del cache_dir
+
+
 tfds = pytest.importorskip('tensorflow_datasets')
 
 

@@ -199,6 +199,12 @@ def test_a_tokenizer_json_reads_text_as_its_normaliser_says(tmp_path):
   keeps_accents = tokenizer_lib.load(_tokenizer_json(
       tmp_path / 'keeps.json', model, normalizers.BertNormalizer(lowercase=True, strip_accents=False)))
   assert keeps_accents.lowercase and keeps_accents.encode(['CAFÉ Cafe']) == [[6, 5]]
+  # An HF directory holding both (transformers 4 saves both): tokenizer.json, whose normaliser says to keep them.
+  both = tmp_path / 'hf'
+  both.mkdir()
+  os.rename(keeps_accents.model_file, both / 'tokenizer.json')
+  _write_vocab(both / 'vocab.txt', tokens)
+  assert tokenizer_lib.load(str(both)).encode(['CAFÉ Cafe']) == [[6, 5]]
   nfc = _tokenizer_json(tmp_path / 'nfc.json', model, normalizers.Sequence([normalizers.NFC()]))
   with pytest.raises(DataError, match=r"nfc.json': its normalizer is Sequence, not BertNormalizer; electra_jax reads "
                                       r'BERT-style WordPiece tokenizers, and would give other ids than this file'):

@@ -191,7 +191,8 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
     source = split_lib.DocumentSplit(source, config.eval_fraction, split)
   how = build_lib.Packing(config.max_seq_length, seed, config.long_lines)
   key = _fingerprint(examples_lib.VERSION, source.fingerprint(), tokenizer.fingerprint, how.max_length, how.seed,
-                     how.chunk_chars, *([how.long_lines] if how.long_lines != 'split' else []))
+                     how.chunk_chars, *([how.long_lines] if how.long_lines != 'split' else []),
+                     *tokenizer.encode_changes)
   # (long_lines='split', the default, is left out of the key: caches packed before the option stay valid.)
   path = os.path.join(cache_dir(config), f'packed-{key}.npz')
   if os.path.exists(path):

@@ -51,6 +51,9 @@ class Tokenizer:
   """
   kind = ''
   file_name = ''  # name of the tokenizer file inside a saved directory
+  # How `encode` changed since text was first packed with this kind, named in the packed data cache's key (not in
+  # the fingerprint, which built datasets and checkpoints record): text packed before is packed again.
+  encode_changes: tuple[str, ...] = ()
   model_file: str
   lowercase: bool
   num_threads: int
@@ -142,6 +145,7 @@ class WordPieceTokenizer(Tokenizer):
   """
   kind = 'wordpiece'
   file_name = 'vocab.txt'
+  encode_changes = ('special-token spellings and words of up to 200 characters as the official tokenizer',)
 
   def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
@@ -271,10 +275,10 @@ def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tok
       lowercase = config['lowercase'] if lowercase is None else lowercase
     elif (location / SentencePieceTokenizer.file_name).exists():
       kind, file = SentencePieceTokenizer.kind, os.fspath(location / SentencePieceTokenizer.file_name)
+    elif (location / HF_TOKENIZER_FILE).exists():  # before vocab.txt beside it: it holds the normaliser's options
+      kind, file = WordPieceTokenizer.kind, os.fspath(location / HF_TOKENIZER_FILE)
     elif (location / WordPieceTokenizer.file_name).exists():
       kind, file = WordPieceTokenizer.kind, os.fspath(location / WordPieceTokenizer.file_name)
-    elif (location / HF_TOKENIZER_FILE).exists():
-      kind, file = WordPieceTokenizer.kind, os.fspath(location / HF_TOKENIZER_FILE)
     else:
       raise DataError(f'directory {path!r} holds no tokenizer (tokenizer.model, vocab.txt or tokenizer.json)')
   elif location.is_file():
