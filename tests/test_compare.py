@@ -154,7 +154,7 @@ def test_cli_unknown_config_key_is_one_line(tmp_path):
                            '--config=configs/experiments/compare_cpu.py --show_config lists every key\n')
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # the whole experiment in this process (about 20 s on 2 cores)
 def test_end_to_end_flops_matched_resumable(tmp_path, grammar_corpus, cache_dir, monkeypatch):
   task_dir = make_tsv_task(tmp_path / 'keyword', sizes=(48, 24))
   config = tiny_config(grammar_corpus, cache_dir, task_dir)

@@ -214,6 +214,7 @@ def test_gpu_check_levers_named_whole_are_those_alone():
   assert gpu_check.chosen(names, ()) == names
 
 
+@pytest.mark.e2e  # the check's first stages in subprocesses (about 10 s)
 def test_a_stopped_gpu_check_kills_its_stage_and_writes_the_table(tmp_path):
   """A time limit's SIGTERM: the stage running (a process group of its own) is killed, nothing of the check is left
   running, and table.md holds the rows before with a STOPPED one."""
