@@ -87,6 +87,7 @@ def test_train_step_differentiates_the_sum_over_the_batch():
     state = train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
     new_state, step_metrics = step(state, batch, jax.random.key_data(jax.random.PRNGKey(1)))
     grads.append(jax.tree.map(lambda a, b: a - b, params, new_state.params))
+  assert max(float(np.abs(g).max()) for g in jax.tree.leaves(grads[0])) > 1e-5  # the step changed the parameters
   for g1, g2 in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(g2, 2 * g1, rtol=1e-4, atol=1e-7)
   assert float(step_metrics['loss'][1]) == 2  # the logged loss is the sum over 2 rows, shown as their mean
