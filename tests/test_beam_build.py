@@ -102,6 +102,9 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, corpus_tokenizer, tmp_path, 
   (fileio.path(gcs_dir) / build.PARTIAL).unlink()
   with pytest.raises(DataError, match='refusing to delete'):
     build.check_output(gcs_dir, overwrite=True, remote=True)
+  fileio.write_text(f'{gcs_dir}-corpus.txt', 'the user\'s corpus\n')  # an object, not a directory: never replaced
+  with pytest.raises(DataError, match='exists and is not a directory'):
+    build.check_output(f'{gcs_dir}-corpus.txt', overwrite=True, remote=True)
   (tmp_path / 'empty.txt').write_text('\n\n')
   with pytest.raises(DataError, match='holds no text'):
     beam_build.build(corpus.TextFiles(str(tmp_path / 'empty.txt')), corpus_tokenizer, str(tmp_path / 'out'), HOW,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -94,6 +95,13 @@ def test_cli(corpus_dir, tmp_path, capsys, cache_dir):
   (tmp_path / 'mine' / 'notes.txt').write_text('precious')
   status, _, err = _cli(capsys, 'build', f'--source={corpus_dir}', f'--output={tmp_path}/mine', '--overwrite')
   assert status == 1 and 'refusing to delete' in err and (tmp_path / 'mine' / 'notes.txt').exists()
+  # A corpus inside an earlier build's directory is never replaced with it, even with --overwrite.
+  shutil.copy(os.path.join(corpus_dir, sorted(os.listdir(corpus_dir))[0]), tmp_path / 'out' / 'more.txt')
+  status, _, err = _cli(capsys, 'build', f'--source={tmp_path}/out/more.txt', f'--tokenizer={tmp_path}/tok',
+                        f'--output={tmp_path}/out', '--overwrite')
+  assert status == 1 and err == (f'error: --source file {tmp_path}/out/more.txt lies in --output={tmp_path}/out, '
+                                 'which the build replaces: move the corpus out of it, or choose another --output\n')
+  assert (tmp_path / 'out' / 'more.txt').exists() and examples_lib.is_built(str(tmp_path / 'out'))
   del cache_dir
 
 

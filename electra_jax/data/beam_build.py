@@ -135,7 +135,7 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
   if runner not in LOCAL_RUNNERS and not (remote and all(fileio.is_remote(f) for f in files)):
     raise DataError(f'--runner={runner} runs on other machines: give the corpus and --output on gs:// (a local '
                     'path names a file on each worker, not this machine)')
-  build_lib.check_output(output, overwrite, remote=True)
+  build_lib.check_output(output, overwrite, remote=True, sources=files)
   started = time.time()
   if remote:
     directory = output

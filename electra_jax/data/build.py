@@ -176,14 +176,18 @@ def manifest(source, tokenizer: Tokenizer, how: Packing, *, shards: list[dict], 
   }
 
 
-def check_output(output: str, overwrite: bool, remote: bool = False):
-  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`; gs://
-  only where `remote` (the Beam build)."""
+def check_output(output: str, overwrite: bool, remote: bool = False, sources=()):
+  """Raises DataError unless `build` may write `output`: new, empty, or an earlier build and `overwrite`, and not
+  holding any of the `sources` files (a build replaces the whole directory); gs:// only where `remote` (the Beam
+  build)."""
+  _check_sources_outside(output, sources)
   if fileio.is_remote(output):
     if not remote:
       raise DataError(f'--output={output}: this build writes local files (array_record writes local files only); '
                       'add --runner=DirectRunner, whose workers upload their shards, or build to a local directory '
                       'and copy it up (`gcloud storage cp -r DIR gs://...`)')
+    if fileio.path(output).exists() and not fileio.path(output).is_dir():
+      raise DataError(f'{output} exists and is not a directory; choose another --output')
     if fileio.path(output).is_dir() and any(fileio.path(output).iterdir()):
       if not overwrite:
         raise DataError(f'{output} already exists; pass --overwrite to replace it, or choose another --output')
@@ -204,6 +208,17 @@ def check_output(output: str, overwrite: bool, remote: bool = False):
       raise DataError(f'{output} exists and is not a directory; choose another --output')
 
 
+def _check_sources_outside(output: str, sources):
+  """Raises DataError if a file of `sources` is `output` or lies under it."""
+  def spelled(location):
+    return os.fspath(location) if fileio.is_remote(location) else os.path.realpath(os.path.expanduser(location))
+  root = spelled(output).rstrip('/')
+  for file in sources:
+    if spelled(file) == root or spelled(file).startswith(root + '/'):
+      raise DataError(f'--source file {file} lies in --output={output}, which the build replaces: move the corpus '
+                      'out of it, or choose another --output')
+
+
 def build(source, tokenizer: Tokenizer, output: str, how: Packing, *, processes: int = 0, overwrite: bool = False,
           shard_bytes: int = SHARD_BYTES, progress=None) -> dict:
   """Packs `source` into ArrayRecord shards under `output` (see examples.py); returns the metadata written.
@@ -212,7 +227,7 @@ def build(source, tokenizer: Tokenizer, output: str, how: Packing, *, processes:
   `processes` 0 uses every CPU core; `progress(metadata_so_far)` is called after each chunk.
   """
   output = os.path.abspath(os.path.expanduser(output))
-  check_output(output, overwrite)
+  check_output(output, overwrite, sources=getattr(source, 'files', None) or ())
   processes = processes or os.cpu_count() or 1
   parent = os.path.dirname(output)
   os.makedirs(parent, exist_ok=True)
