@@ -80,6 +80,14 @@ def test_tsv_task_learns_from_scratch_and_predicts(tmp_path, corpus_file, cache_
   predictor = predict.Predictor(workdir)
   sentences = ['the dog sat on a mat', f'the {KEYWORD} dog sat on a mat', 'a cat ate food', f'{KEYWORD} man']
   assert predictor.predict(sentences) == ['no', 'yes', 'no', 'yes']
+  # --mode=predict never writes its predictions over its input, however the path is spelled.
+  inputs = tmp_path / 'inputs.txt'
+  inputs.write_text('\n'.join(sentences) + '\n', encoding='utf-8')
+  config = tiny_config(cache_dir, corpus_file, directory)
+  override(config, {'predict_input': str(inputs), 'predict_output': f'{tmp_path}/run/../inputs.txt'})
+  with pytest.raises(config_lib.ConfigError, match='is the input file, which the predictions would replace'):
+    predict.predict_main(config, workdir)
+  assert inputs.read_text(encoding='utf-8').splitlines() == sentences
 
 
 @pytest.mark.slow
@@ -295,6 +303,10 @@ def test_a_workdir_of_another_directory_of_the_same_name_is_refused(tmp_path, mo
   with pytest.raises(config_lib.ConfigError, match=r"run of task 'sentiment' \(location: .*v1/sentiment', now .*"
                                                    r"v2/sentiment'; finetune.json\).*give a new --workdir"):
     train.check_workdir(str(workdir), dict(config, task=str(tmp_path / 'v2' / 'sentiment')), new)
+  # The task's own directory is no workdir: fine-tuning would write results.md and its tokenizer among the data.
+  with pytest.raises(config_lib.ConfigError, match="is the task's own directory"):
+    train.check_workdir(str(tmp_path / 'v2' / 'sentiment' / '.'), dict(config, task=str(tmp_path / 'v2' / 'sentiment')),
+                        new)
   # The same directory by another relative path (or a symlink) is the same task.
   monkeypatch.chdir(tmp_path / 'v1')
   train.check_workdir(str(workdir), dict(config, task='sentiment'), tasks.get_task('sentiment'))
