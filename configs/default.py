@@ -25,7 +25,7 @@ def get_config():
   config.log_every = d.log_every  # Steps between metrics lines in WORKDIR/metrics.jsonl and TensorBoard.
   config.checkpoint_every = d.checkpoint_every  # Steps between checkpoints (one is always written at the end).
   config.keep_checkpoints = d.keep_checkpoints  # How many recent checkpoints to keep on disk.
-  config.save_steps = d.save_steps  # Extra steps to checkpoint, kept on disk whatever keep_checkpoints says.
+  config.save_steps = d.save_steps  # Extra steps to checkpoint, kept whatever keep_checkpoints says (and resumes).
   # A pre-training WORKDIR or an import to continue pre-training from: its model and tokenizer, a new run at step 0.
   config.init_checkpoint = d.init_checkpoint
   # With init_checkpoint: also take its Adam moments (the schedule starts again).

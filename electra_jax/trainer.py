@@ -5,6 +5,7 @@ metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -165,6 +166,9 @@ def _prepare(config, workdir):
   if (workdir / 'finetune.json').exists():  # finetune.train's record of its run
     raise config_lib.ConfigError(f'{workdir} holds a fine-tuning run (finetune.json); pre-training would write over '
                                  'its tokenizer. Give another --workdir')
+  if not checkpoint.started(workdir) and not _is_run_config(workdir / 'config.json'):
+    raise config_lib.ConfigError(f'{workdir} holds a config.json that is not an electra_jax run\'s (a Hugging Face '
+                                 'model directory?), which pre-training would replace: give another --workdir')
   data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)
@@ -176,7 +180,30 @@ def _prepare(config, workdir):
   run.check_batch()  # before anything is written; the compile and the step do not check again
   if checkpoint.started(workdir):
     _check_resume_config(workdir, config_dict)
+    c, config_dict = _keeping_saved_steps(workdir, c, config_dict)
   return c, run, tokenizer, workdir, config_dict
+
+
+def _keeping_saved_steps(workdir, c: config_lib.TrainConfig, config_dict: dict):
+  """(c, config_dict) with the save_steps the run was saved with added to this command's: their checkpoints are
+  kept whatever keep_checkpoints says, and a resume that does not repeat them must not delete them."""
+  path = workdir / 'config.json'
+  saved = (json.loads(path.read_text()).get('save_steps') or []) if path.exists() else []
+  steps = tuple(sorted({*c.save_steps, *saved}))
+  if steps == c.save_steps:
+    return c, config_dict
+  return dataclasses.replace(c, save_steps=steps), {**config_dict, 'save_steps': list(steps)}
+
+
+def _is_run_config(path) -> bool:
+  """Whether `path` is absent or the config.json a pre-training run writes (its model, data and objective)."""
+  if not path.exists():
+    return True
+  try:
+    saved = json.loads(path.read_text())
+  except (ValueError, OSError):
+    return False
+  return isinstance(saved, dict) and {'model', 'data', 'objective'} <= saved.keys()
 
 
 def _examples(c: config_lib.TrainConfig, tokenizer):

@@ -332,6 +332,22 @@ def test_save_steps_are_checkpointed_and_kept(tmp_path, corpus_file, cache_dir, 
   assert not np.array_equal(kernel(params[2]), kernel(params[3]))
   np.testing.assert_array_equal(kernel(params[5]), kernel(final_params(tmp_path)[0]))
   assert config_files.load_config(str(tmp_path)).save_steps == (2, 3)
+  # Resumed without them (or with others), the run keeps what it was told to keep.
+  trainer.train(tiny_config(corpus_file, cache_dir, checkpoint_every=100, keep_checkpoints=1, save_steps=(7,)),
+                tmp_path)
+  assert sorted(os.listdir(tmp_path / 'checkpoints'), key=int) == ['2', '3', '7', '8']
+  assert config_files.load_config(str(tmp_path)).save_steps == (2, 3, 7)
+
+
+def test_a_hugging_face_model_directory_is_no_pretraining_workdir(tmp_path, corpus_file, cache_dir):
+  """A workdir without checkpoints/ whose config.json is not a run's (an HF model directory given as --workdir):
+  refused before its config.json is replaced."""
+  hf = '{"architectures": ["ElectraForPreTraining"], "hidden_size": 256}'
+  (tmp_path / 'config.json').write_text(hf)
+  with pytest.raises(config_lib.ConfigError, match=r"holds a config.json that is not an electra_jax run's \(a Hugging "
+                                                   r'Face model directory\?\), which pre-training would replace'):
+    trainer.train(tiny_config(corpus_file, cache_dir), tmp_path)
+  assert os.listdir(tmp_path) == ['config.json'] and (tmp_path / 'config.json').read_text() == hf
 
 
 def test_startup_stages_and_the_end_of_run_summary(tmp_path, corpus_file, cache_dir, capsys):
