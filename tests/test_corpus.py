@@ -122,6 +122,27 @@ def test_a_moved_corpus_keeps_its_tokenizer_and_packed_data(tmp_path, corpus_fil
   del cache_dir
 
 
+def test_commands_sharing_a_cache_train_a_tokenizer_each_in_its_own_directory(tmp_path, corpus_file, monkeypatch):
+  """A tokenizer is trained into a directory of this process's own, renamed into the cache when complete: a command
+  that fails (or is interrupted) meanwhile removes only that one, not another command's training beside it."""
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv('ELECTRA_JAX_CACHE', str(cache))
+  config = data.DataConfig(source=corpus_file, vocab_size=60, tokenizer_type='wordpiece')
+  train, outputs = data.tokenizer_lib.train, []
+  def first_fails(lines, output, **kwargs):
+    outputs.append(output)
+    os.makedirs(cache / 'another.tmp1', exist_ok=True)  # another command's training, beside this one
+    return train(lines if len(outputs) > 1 else [], output, **kwargs)
+  monkeypatch.setattr(data.tokenizer_lib, 'train', first_fails)
+  with pytest.raises(DataError, match='the corpus is empty'):
+    data.load_tokenizer(config)
+  assert os.listdir(cache) == ['another.tmp1'] and outputs[0].endswith(f'.tmp{os.getpid()}')
+  tokenizer = data.load_tokenizer(config)
+  cached = outputs[1].removesuffix(f'.tmp{os.getpid()}')
+  assert sorted(os.listdir(cache)) == sorted(['another.tmp1', os.path.basename(cached)])
+  assert tokenizer.model_file == os.path.join(cached, 'vocab.txt')
+
+
 def test_text_is_packed_again_when_its_tokenizer_encodes_otherwise(corpus_file, cache_dir, monkeypatch):
   """A change of how a tokenizer kind encodes (`Tokenizer.encode_changes`) keys the packed cache, not the tokenizer's
   fingerprint that built datasets and checkpoints record: the text is packed again with the same tokenizer."""

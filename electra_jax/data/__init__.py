@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -98,13 +99,22 @@ def load_tokenizer(config: DataConfig) -> Tokenizer:
 
 
 def _cached_or_trained(config: DataConfig, source, directory: str) -> Tokenizer:
-  if os.path.exists(os.path.join(directory, tokenizer_lib.CONFIG_FILE)):  # written last: the tokenizer is complete
-    return tokenizer_lib.load(directory, config.lowercase)
-  with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
-                    f'(once: cached in {directory})', done='tokenizer trained'):
-    return tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), directory, vocab_size=config.vocab_size,
-                               kind=config.tokenizer_type, lowercase=config.lowercase,
-                               max_sentences=TOKENIZER_SAMPLE_LINES)
+  """The tokenizer cached in `directory`, else one trained into a directory of this process's own and renamed into
+  place: commands sharing a cache never train into one directory, and one interrupted removes only its own."""
+  complete = os.path.join(directory, tokenizer_lib.CONFIG_FILE)  # written last: the tokenizer is complete
+  if not os.path.exists(complete):
+    own = f'{directory}.tmp{os.getpid()}'
+    with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
+                      f'(once: cached in {directory})', done='tokenizer trained'):
+      tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), own, vocab_size=config.vocab_size,
+                          kind=config.tokenizer_type, lowercase=config.lowercase, max_sentences=TOKENIZER_SAMPLE_LINES)
+    if os.path.isdir(directory) and not os.path.exists(complete):
+      shutil.rmtree(directory, ignore_errors=True)  # left incomplete by a version that trained in place
+    try:
+      os.replace(own, directory)
+    except OSError:  # another command's landed first: the same tokenizer
+      shutil.rmtree(own, ignore_errors=True)
+  return tokenizer_lib.load(directory, config.lowercase)
 
 
 def _from_process_0(make, directory: str) -> Tokenizer:
