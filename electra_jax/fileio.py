@@ -51,6 +51,11 @@ _ADVICE = {
 }
 
 
+def resolved(location) -> str:
+  """`location` spelled one way per file: a local path resolved ('~', '..', links), a remote one as given."""
+  return os.fspath(location) if is_remote(location) else os.path.realpath(os.path.expanduser(location))
+
+
 def is_remote(location) -> bool:
   """Whether `location` is a URL such as gs://bucket/dir rather than a local path."""
   return '://' in os.fspath(location)

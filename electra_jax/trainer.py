@@ -185,11 +185,13 @@ def _prepare(config, workdir):
 
 
 def _keeping_saved_steps(workdir, c: config_lib.TrainConfig, config_dict: dict):
-  """(c, config_dict) with the save_steps the run was saved with added to this command's: their checkpoints are
-  kept whatever keep_checkpoints says, and a resume that does not repeat them must not delete them."""
+  """(c, config_dict) with the save_steps the run was saved with that have a checkpoint added to this command's:
+  those are kept whatever keep_checkpoints says, and a resume that does not repeat them must not delete them. (One
+  not reached yet is this command's to ask for again: the loop checkpoints only those it can reach.)"""
   path = workdir / 'config.json'
   saved = (json.loads(path.read_text()).get('save_steps') or []) if path.exists() else []
-  steps = tuple(sorted({*c.save_steps, *saved}))
+  made = [s for s in saved if (workdir / checkpoint.DIRECTORY / str(s)).is_dir()]
+  steps = tuple(sorted({*c.save_steps, *made}))
   if steps == c.save_steps:
     return c, config_dict
   return dataclasses.replace(c, save_steps=steps), {**config_dict, 'save_steps': list(steps)}

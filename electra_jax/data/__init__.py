@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 
 import jax
 import numpy as np
@@ -103,11 +104,17 @@ def _cached_or_trained(config: DataConfig, source, directory: str) -> Tokenizer:
   place: commands sharing a cache never train into one directory, and one interrupted removes only its own."""
   complete = os.path.join(directory, tokenizer_lib.CONFIG_FILE)  # written last: the tokenizer is complete
   if not os.path.exists(complete):
-    own = f'{directory}.tmp{os.getpid()}'
-    with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
-                      f'(once: cached in {directory})', done='tokenizer trained'):
-      tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), own, vocab_size=config.vocab_size,
-                          kind=config.tokenizer_type, lowercase=config.lowercase, max_sentences=TOKENIZER_SAMPLE_LINES)
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    own = tempfile.mkdtemp(prefix=f'{os.path.basename(directory)}.tmp', dir=os.path.dirname(directory))
+    try:
+      with report.stage(f'training a {config.tokenizer_type} tokenizer of {config.vocab_size} tokens on {source} '
+                        f'(once: cached in {directory})', done='tokenizer trained'):
+        tokenizer_lib.train(source.lines(TOKENIZER_SAMPLE_LINES), own, vocab_size=config.vocab_size,
+                            kind=config.tokenizer_type, lowercase=config.lowercase,
+                            max_sentences=TOKENIZER_SAMPLE_LINES)
+    except BaseException:
+      shutil.rmtree(own, ignore_errors=True)
+      raise
     if os.path.isdir(directory) and not os.path.exists(complete):
       shutil.rmtree(directory, ignore_errors=True)  # left incomplete by a version that trained in place
     try:

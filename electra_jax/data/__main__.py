@@ -58,9 +58,8 @@ def build(args):
   config = _config(args)
   if examples_lib.is_built(config.source):
     raise data.DataError(f'{config.source} is already a built dataset; give text files or tfds:NAME as --source')
-  source = data.open_source(config)
-  build_lib.check_output(args.output, args.overwrite, remote=bool(args.runner), sources=getattr(source, 'files', None)
-                         or ())
+  build_lib.check_output(args.output, args.overwrite, remote=bool(args.runner))  # before a tfds copy; the build
+  source = data.open_source(config)  # checks its text files are not under --output
   tokenizer = data.load_tokenizer(config)
   how = build_lib.Packing(config.max_seq_length, args.seed, config.long_lines)
   if args.runner:

@@ -210,11 +210,9 @@ def check_output(output: str, overwrite: bool, remote: bool = False, sources=())
 
 def _check_sources_outside(output: str, sources):
   """Raises DataError if a file of `sources` is `output` or lies under it."""
-  def spelled(location):
-    return os.fspath(location) if fileio.is_remote(location) else os.path.realpath(os.path.expanduser(location))
-  root = spelled(output).rstrip('/')
+  root = fileio.resolved(output).rstrip('/')
   for file in sources:
-    if spelled(file) == root or spelled(file).startswith(root + '/'):
+    if fileio.resolved(file) == root or fileio.resolved(file).startswith(root + '/'):
       raise DataError(f'--source file {file} lies in --output={output}, which the build replaces: move the corpus '
                       'out of it, or choose another --output')
 

@@ -232,11 +232,6 @@ def format_predictions(task: tasks.Task, inputs: list, predicted: list, probs: n
   return f.getvalue()
 
 
-def _spelled(location: str) -> str:
-  """`location` as one file has one spelling: a local path resolved (links, '..', '~'), a gs:// one as given."""
-  return location if fileio.is_remote(location) else os.path.realpath(os.path.expanduser(location))
-
-
 def parse_inputs(text: str, kind: str, name: str) -> list:
   """The examples of --mode=predict's input `text` (from `name`), one a line: word strings for tagging, else
   tuples of the tab-separated columns. Blank lines at the end are ignored; a blank line before them is a DataError,
@@ -256,7 +251,8 @@ def predict_main(config, workdir: str):
   c: FinetuneConfig = load_config(config)
   if not c.predict_input:
     raise ConfigError('--mode=predict needs --config.predict_input=FILE (or - for stdin), one example per line')
-  if c.predict_output and c.predict_input != '-' and _spelled(c.predict_output) == _spelled(c.predict_input):
+  if c.predict_input != '-' and c.predict_output and fileio.resolved(c.predict_output) == fileio.resolved(
+      c.predict_input):
     raise ConfigError(f'--config.predict_output={c.predict_output} is the input file, which the predictions would '
                       'replace: give another path')
   predictor = Predictor(workdir)
