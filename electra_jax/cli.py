@@ -11,7 +11,9 @@ import importlib.util
 import os
 import re
 import runpy
+import signal
 import sys
+import threading
 import tokenize
 
 from absl import flags
@@ -136,11 +138,25 @@ def _cpu_only_with_libtpu() -> bool:
   return True
 
 
+class _Terminated(KeyboardInterrupt):
+  """SIGTERM outside the training steps (a preemption while a tokenizer trains, text is packed or a step compiles),
+  which then stops the command as Ctrl-C does rather than killing it without a word."""
+
+
+def _terminated(signum, frame):
+  del signum, frame
+  raise _Terminated()
+
+
 def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   """fn(*args), with a UserError (or one of the command's own `errors`) or a file-system error printed as
   `error: ...`, exit status 1. Every command's entry point goes through it (and so through `setup`). In a multi-host
   run (jax.distributed started), the processes stop together, each with one line (hosts.Watch)."""
   setup()
+  # One process: SIGTERM is Ctrl-C's one line until the training steps take it over (preemption.StopSignal, which
+  # checkpoints). Several: it is jax's preemption notifier's.
+  alone = hosts.processes() == 1 and threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGTERM, _terminated) if alone else None
   try:
     with hosts.Watch():
       return fn(*args)
@@ -148,9 +164,13 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
     line, everyone = f'error: {e}', getattr(e, 'every_process', False)
   except fileio.storage_errors() as e:  # a missing input, a full disk, a read-only directory, no access to a bucket
     line, everyone = f'error: {fileio.describe(e)}', False
-  except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
-    hosts.exit_with('stopped by Ctrl-C (SIGINT); nothing half-written was kept: run the same command again to go on',
-                    status=130)  # the shell's status for a SIGINT; in a multi-host run the others stop too
+  except KeyboardInterrupt as e:  # Ctrl-C outside the training steps (which stop at a checkpoint): e.g. a tokenizer
+    how, status = ('SIGTERM', 143) if isinstance(e, _Terminated) else ('Ctrl-C (SIGINT)', 130)  # the shell's
+    hosts.exit_with(f'stopped by {how}; nothing half-written was kept: run the same command again to go on',
+                    status=status)  # in a multi-host run the others stop too
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
   # Exit status 1; in a multi-host run every other process stops too (told unless it raises the same error itself:
   # then each prints its own line, and which one a process prints is no race).
   hosts.exit_with(line, tell_others=not everyone)

@@ -116,7 +116,7 @@ def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: 
   shown = '  '.join(f'{k} {metrics[k]:.4g}' for k in SUMMARY_METRICS if k in metrics)
   finished = step >= train_steps
   lines = [f'pre-training {"finished" if finished else "stopped"} at step {step} of {train_steps} '
-           f'({step - start_step} steps in {_duration(seconds)})']
+           f'({step - start_step} steps in {_duration(seconds)} with start-up)']
   if shown:
     lines.append(f'  final metrics: {shown}')
   lines.append(f'  newest checkpoint: {checkpoint or "none written"}')

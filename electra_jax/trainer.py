@@ -125,12 +125,13 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
           log.writer.write(step, evaluated)
         if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
           log.check_finite()
-          checkpointer.save(step, run.tree_layout(state), batches.get_state())
-          log.writer.sync()  # gs://: the metrics of the steps a resume will not train again
+          with log.timer.paused():  # as evaluation: out of the next window's tokens/s
+            checkpointer.save(step, run.tree_layout(state), batches.get_state())
+            log.writer.sync()  # gs://: the metrics of the steps a resume will not train again
         if stopping:
           checkpointer.wait()
-          log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}; '
-                             'run the same command again to resume.')
+          left = '; run the same command again to resume' if step < c.train_steps else ''
+          log.progress.write(f'{stop.reason()}: checkpoint saved at step {step} in {checkpointer.directory}{left}.')
           break
       checkpointer.wait()  # within the hosts' watch: the last write failing on one host ends every host at once
     log.writer.close()

@@ -348,6 +348,33 @@ def test_a_rerun_resumes_the_unfinished_seed_and_skips_finished_ones(tmp_path, c
   assert again['seeds'] == resumed['seeds']
 
 
+def test_a_stop_at_a_seeds_last_step_finishes_that_seed(tmp_path, corpus_file, cache_dir, capsys, monkeypatch):
+  """A SIGTERM at a seed's last step: the seed is trained, so it is finished (scored, result.json) rather than left
+  at an older checkpoint with a 'checkpoint saved' line for one never written; the command then stops before the
+  next seed, and the same command trains only that one."""
+  directory = make_tsv_task(tmp_path / 'keyword', sizes=(64, 16))
+  config = tiny_config(cache_dir, corpus_file, directory, seeds=2, epochs=2.0, checkpoint_every=1000,
+                       write_predictions=False)  # 8 steps of 16 per seed
+
+  class AtTheLastStep(train.StopSignal):
+    calls = 0
+    def should_stop(self):
+      self.calls += 1
+      return self.calls == 8
+    def reason(self):
+      return 'SIGTERM received'
+
+  monkeypatch.setattr(train, 'StopSignal', AtTheLastStep)
+  assert train.run(config, str(tmp_path / 'run')) is None
+  assert ('[keyword seed 0] SIGTERM received at its last step: the seed is finished; run the same command again for '
+          'the others') in capsys.readouterr().err
+  assert (tmp_path / 'run' / 'seeds' / '0' / 'result.json').exists() and not (tmp_path / 'run' / 'seeds' / '1').exists()
+  monkeypatch.undo()
+  results = train.run(config, str(tmp_path / 'run'))
+  assert 'finished by an earlier run: skipped' in capsys.readouterr().err
+  assert [row['seed'] for row in results['seeds']] == [0, 1]
+
+
 def test_unseen_dev_tags_are_reported_and_a_one_class_subset_refused(tmp_path, corpus_file, cache_dir, capsys):
   directory = make_conll_task(tmp_path / 'animals', sizes=(20, 6))
   first = len(open(os.path.join(directory, 'dev.conll'), encoding='utf-8').read().splitlines()) + 1

@@ -15,7 +15,7 @@ def test_summary_names_the_metrics_checkpoint_and_next_commands():
                                     start_step=0, step=1000, train_steps=1000, seconds=208.4,
                                     checkpoint='runs/my run/checkpoints/1000')
   lines = text.splitlines()
-  assert lines[0] == 'pre-training finished at step 1000 of 1000 (1000 steps in 3 min 28 s)'
+  assert lines[0] == 'pre-training finished at step 1000 of 1000 (1000 steps in 3 min 28 s with start-up)'
   assert lines[1] == '  final metrics: loss 21.5  gen_accuracy 0.25  disc_recall 0.125'
   assert '  newest checkpoint: runs/my run/checkpoints/1000' in lines
   # The next commands, with the workdir filled in (quoted: it has a space) and runnable as printed.
@@ -33,7 +33,7 @@ def test_summary_names_the_metrics_checkpoint_and_next_commands():
 def test_summary_of_a_stopped_run_says_how_to_resume():
   text = report.pretraining_summary('/tmp/w', {}, start_step=200, step=250, train_steps=1000, seconds=3725,
                                     checkpoint='/tmp/w/checkpoints/250')
-  assert text.startswith('pre-training stopped at step 250 of 1000 (50 steps in 1 h 02 min 05 s)\n')
+  assert text.startswith('pre-training stopped at step 250 of 1000 (50 steps in 1 h 02 min 05 s with start-up)\n')
   assert 'final metrics' not in text and 'resume: run the same command again' in text
 
 

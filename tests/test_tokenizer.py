@@ -327,6 +327,21 @@ def test_an_interrupted_training_leaves_no_directory_and_stops_in_one_line(lines
     tokenizer_lib.train(interrupted(), str(tmp_path / 'mine'), vocab_size=64, kind='wordpiece')
   assert os.listdir(tmp_path / 'mine') == []
 
+  # A SIGTERM before the training steps (a preemption while the tokenizer trains) stops the same way, in one line
+  # with the shell's status for it, and the handler before the command is back afterwards.
+  def terminated():
+    yield from lines[:20]
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    yield 'never reached'
+  handler = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run(lambda: tokenizer_lib.train(terminated(), str(tmp_path / 'tok'), vocab_size=64))
+  assert exit_info.value.code == 143 and not os.path.exists(tmp_path / 'tok')
+  assert capsys.readouterr().err == ('stopped by SIGTERM; nothing half-written was kept: run the same command again '
+                                     'to go on\n')
+  assert signal.getsignal(signal.SIGTERM) is handler
+
 
 @pytest.mark.slow
 def test_ctrl_c_stops_sentencepiece_training_at_once(tmp_path):

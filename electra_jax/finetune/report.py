@@ -7,6 +7,8 @@ beside it. Such seeds are flagged in the table and on screen.
 """
 
 import collections
+import os
+import shlex
 
 import numpy as np
 
@@ -119,7 +121,8 @@ def summary(results: dict, workdir: str) -> str:
   lines.append(f'results: {workdir}/results.md and results.json; per seed: {workdir}/seeds/<seed>/ (result.json, '
                'metrics.jsonl, tensorboard/, predictions/, params/)')
   if results.get('save_model', True):
-    lines.append(f'predict with the best seed ({results["best_seed"]}): ' + PREDICT_COMMAND.format(workdir=workdir))
+    command = PREDICT_COMMAND.format(workdir=shlex.quote(os.fspath(workdir)))  # runs as printed, spaces and all
+    lines.append(f'predict with the best seed ({results["best_seed"]}): {command}')
   return '\n'.join(lines) + '\n'
 
 

@@ -283,10 +283,11 @@ def log_interval(log_every: int, total_steps: int) -> int:
 
 def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features, c: FinetuneConfig, seed: int,
                tag: str, checkpointer: Checkpointer, writer: metrics_lib.MetricsWriter,
-               stop_after: int | None = None, evaluate_dev: Callable[[Any], dict] | None = None) -> TrainState | None:
-  """Trains one seed from `state` (step 0, or a restored checkpoint's step) to run.total_steps, with a progress
-  bar; checkpoints every c.checkpoint_every steps. SIGTERM/SIGINT on any host (or `stop_after` steps, as tests
-  preempt) checkpoint at one step on every host and return None: the same command resumes.
+               stop_after: int | None = None, evaluate_dev: Callable[[Any], dict] | None = None):
+  """(the trained state or None, what stopped the command or None) of one seed trained from `state` (step 0, or a
+  restored checkpoint's step) to run.total_steps, with a progress bar; checkpoints every c.checkpoint_every steps.
+  SIGTERM/SIGINT on any host (or `stop_after` steps, as tests preempt) checkpoint at one step on every host and
+  give no state: the same command resumes. One that comes at the last step gives the state: the seed finishes.
 
   The loss and learning rate go to `writer` (the seed's metrics.jsonl and TensorBoard events) every `log_interval`
   steps, and with c.eval_every `evaluate_dev(params)`'s dev metrics every c.eval_every steps before the last (the
@@ -320,16 +321,18 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
           writer.write(step, evaluate_dev(state.params))
         interrupted = ((stop.should_stop() and stop.reason())
                        or (step == end < run.total_steps and 'stopped'))
+        if interrupted and step == run.total_steps:  # trained: the seed is finished, the command stops after it
+          return state, interrupted
         if step < run.total_steps and (step % c.checkpoint_every == 0 or interrupted):
           checkpointer.save(step, state, {'step': step})
         if interrupted:
           checkpointer.wait()  # within the hosts' watch: the write failing on one host ends every host at once
           progress.write(f'{tag} {interrupted}: checkpoint saved at step {step}/{run.total_steps} in '
                          f'{checkpointer.directory}; run the same command again to resume.', file=sys.stderr)
-          return None
+          return None, interrupted
   finally:
     progress.close()
-  return state
+  return state, None
 
 
 def _load_splits(task: tasks.Task, tokenizer, c: FinetuneConfig):
@@ -506,7 +509,7 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
         print(f'{tag} resumed from {checkpointer.directory}/{latest}', file=sys.stderr)
       writer = metrics_lib.MetricsWriter(seed_dir, resumed_at=latest or 0)
       score_dev = lambda params: dev_scores(task, evaluate(ft, params, task, evals, c, tokenizer, dev_only=True))
-      state = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after, score_dev)
+      state, stopped = _train_one(ft, state, train_feats, c, seed, tag, checkpointer, writer, stop_after, score_dev)
       if state is None:  # stopped at a checkpoint
         return None
       evaluated = evaluate(ft, state.params, task, evals, c, tokenizer)
@@ -533,6 +536,10 @@ def run(config, workdir: str, *, stop_after: int | None = None) -> dict | None:
     for split, top in report.one_class_splits(row):
       print(report.one_class_warning(tag, split, top), file=sys.stderr, flush=True)
     per_seed.append(row)
+    if stopped and seed < c.seed + c.seeds - 1:
+      print(f'{tag} {stopped} at its last step: the seed is finished; run the same command again for the others',
+            file=sys.stderr, flush=True)
+      return None
   return write_results(workdir, task, c, per_seed, *dev_baseline(task, evals))
 
 
