@@ -383,8 +383,7 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
   """Refuses a WORKDIR that holds a pre-training run, another task's fine-tuning run, or this task's run with
   other settings (the finished seeds there would not be this command's)."""
   workdir = fileio.path(workdir)
-  if (task.source != 'tfds' and task.location and not fileio.is_remote(task.location)
-      and not fileio.is_remote(workdir) and os.path.realpath(workdir) == os.path.realpath(task.location)):
+  if task.source != 'tfds' and task.location and fileio.resolved(workdir) == fileio.resolved(task.location):
     raise ConfigError(f'--workdir={workdir} is the task\'s own directory, where fine-tuning would write its results, '
                       'tokenizer and seeds beside the data: give another --workdir')
   if (workdir / 'config.json').exists() or checkpoint.started(workdir):
