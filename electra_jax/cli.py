@@ -154,7 +154,8 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
   run (jax.distributed started), the processes stop together, each with one line (hosts.Watch)."""
   setup()
   # One process: SIGTERM is Ctrl-C's one line until the training steps take it over (preemption.StopSignal, which
-  # checkpoints). Several: it is jax's preemption notifier's.
+  # checkpoints). Several: it is jax's preemption notifier's, which jax.distributed's start (`fn` may be
+  # sharding.initialize_distributed) installs over this one, and which must then stay.
   alone = hosts.processes() == 1 and threading.current_thread() is threading.main_thread()
   previous = signal.signal(signal.SIGTERM, _terminated) if alone else None
   try:
@@ -169,7 +170,7 @@ def run(fn, *args, errors: tuple[type[Exception], ...] = ()):
     hosts.exit_with(f'stopped by {how}; nothing half-written was kept: run the same command again to go on',
                     status=status)  # in a multi-host run the others stop too
   finally:
-    if previous is not None:
+    if previous is not None and hosts.processes() == 1:
       signal.signal(signal.SIGTERM, previous)
   # Exit status 1; in a multi-host run every other process stops too (told unless it raises the same error itself:
   # then each prints its own line, and which one a process prints is no race).
