@@ -410,8 +410,8 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
 def _task_identity(declaration: dict) -> dict:
   """The TASK_IDENTITY fields of a task declaration as JSON gives it, a local location resolved."""
   identity = {k: declaration.get(k) for k in TASK_IDENTITY}
-  if identity['source'] != 'tfds' and identity['location'] and not fileio.is_remote(identity['location']):
-    identity['location'] = os.path.realpath(identity['location'])
+  if identity['source'] != 'tfds' and identity['location']:
+    identity['location'] = fileio.resolved(identity['location'])
   return identity
 
 
