@@ -32,12 +32,12 @@ KEPT_ON_RESUME = ('seed', 'batch_size', *(f'optimizer.{k}' for k in continued.OP
 WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 
 
-def _check_resume_config(workdir, config_dict: dict):
+def _check_resume_config(workdir, config_dict: dict) -> dict:
   """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with, or
-  another value of a key in KEPT_ON_RESUME."""
+  another value of a key in KEPT_ON_RESUME; returns its config.json ({} if none)."""
   path = workdir / 'config.json'
   if not path.exists():
-    return
+    return {}
   saved = json.loads(path.read_text())
   for key in KEPT_ON_RESUME:
     section, _, name = key.rpartition('.')
@@ -57,6 +57,7 @@ def _check_resume_config(workdir, config_dict: dict):
       raise config_lib.ConfigError(
           f'{workdir} holds a run with different {section} settings ({", ".join(section + "." + k for k in changed)}'
           f'); resume with the same settings, or start a new --workdir')
+  return saved
 
 
 def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:
@@ -180,17 +181,15 @@ def _prepare(config, workdir):
   run = train_step.cached(c, tokenizer.special, sharding.make_mesh(c.mesh))
   run.check_batch()  # before anything is written; the compile and the step do not check again
   if checkpoint.started(workdir):
-    _check_resume_config(workdir, config_dict)
-    c, config_dict = _keeping_saved_steps(workdir, c, config_dict)
+    saved = _check_resume_config(workdir, config_dict)
+    c, config_dict = _keeping_saved_steps(workdir, saved.get('save_steps') or [], c, config_dict)
   return c, run, tokenizer, workdir, config_dict
 
 
-def _keeping_saved_steps(workdir, c: config_lib.TrainConfig, config_dict: dict):
-  """(c, config_dict) with the save_steps the run was saved with that have a checkpoint added to this command's:
-  those are kept whatever keep_checkpoints says, and a resume that does not repeat them must not delete them. (One
-  not reached yet is this command's to ask for again: the loop checkpoints only those it can reach.)"""
-  path = workdir / 'config.json'
-  saved = (json.loads(path.read_text()).get('save_steps') or []) if path.exists() else []
+def _keeping_saved_steps(workdir, saved: list[int], c: config_lib.TrainConfig, config_dict: dict):
+  """(c, config_dict) with the `saved` save_steps (the run's config.json) that have a checkpoint added to this
+  command's: those are kept whatever keep_checkpoints says, and a resume that does not repeat them must not delete
+  them. (One not reached yet is this command's to ask for again: the loop checkpoints only those it can reach.)"""
   made = [s for s in saved if (workdir / checkpoint.DIRECTORY / str(s)).is_dir()]
   steps = tuple(sorted({*c.save_steps, *made}))
   if steps == c.save_steps:
