@@ -138,8 +138,9 @@ class WordPieceTokenizer(Tokenizer):
   """A BERT WordPiece vocabulary ('##' continuations) with BERT's normaliser and pre-tokenizer.
 
   Read from a vocab.txt (one token per line, as Google and older transformers save it) or from the WordPiece
-  model inside a Hugging Face tokenizer.json (what transformers 5 saves instead). With `lowercase`, accents are
-  stripped too, as BERT's uncased models do (a tokenizer.json: as its normaliser says). As the official tokenizer,
+  model inside a Hugging Face tokenizer.json (what transformers 5 saves instead). `lowercase` None takes the
+  tokenizer.json's casing (a vocab.txt: uncased). With `lowercase`, accents are stripped too, as BERT's uncased
+  models do (a tokenizer.json: as its normaliser says). As the official tokenizer,
   it splits text that spells a special token ('[SEP]') like any other text and reads words of up to MAX_WORD_CHARS
   characters (a tokenizer.json: its own limit).
   """
@@ -147,24 +148,26 @@ class WordPieceTokenizer(Tokenizer):
   file_name = 'vocab.txt'
   encode_changes = ('special-token spellings and words of up to 200 characters as the official tokenizer',)
 
-  def __init__(self, model_file: str, lowercase: bool = True, num_threads: int = -1):
+  def __init__(self, model_file: str, lowercase: bool | None = None, num_threads: int = -1):
     # The tokenizers library sizes its thread pool from RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM instead.
     from tokenizers import Tokenizer as Pipeline, decoders, models, normalizers, pre_tokenizers  # noqa: PLC0415
     self.num_threads = num_threads
     self.model_bytes = _read_bytes(model_file)
     options = {'unk_token': '[UNK]', 'continuing_subword_prefix': '##', 'max_input_chars_per_word': MAX_WORD_CHARS}
-    normalizer = {}  # BERT's: strip_accents follows lowercase
+    normalizer = {'lowercase': True}  # BERT's: strip_accents follows lowercase
     if model_file.endswith('.json'):
       self.file_name = HF_TOKENIZER_FILE
       vocab, options, normalizer = _read_tokenizer_json(model_file, self.model_bytes)
     else:
       vocab = _read_vocab(model_file, self.model_bytes)
+    if lowercase is not None:
+      normalizer['lowercase'] = lowercase
     self.special = _special_ids(vocab, model_file)
-    self.model_file, self.lowercase = model_file, lowercase
+    self.model_file, self.lowercase = model_file, normalizer['lowercase']
     # No special token is an added token of the pipeline: `tokenizers` would match those in the raw text, so that a
     # corpus spelling '[PAD]' got a pad id (a hole in its input mask) and '[MASK]' one never chosen for masking.
     self.tokenizer = Pipeline(models.WordPiece(vocab, **options))
-    self.tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, **normalizer)
+    self.tokenizer.normalizer = normalizers.BertNormalizer(**normalizer)
     self.tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     self.tokenizer.decoder = decoders.WordPiece(prefix=options['continuing_subword_prefix'])
     self._vocab_size = len(vocab)
@@ -206,7 +209,7 @@ def _read_vocab(path: str, content: bytes) -> dict[str, int]:
 
 def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dict, dict]:
   """The WordPiece vocabulary of a Hugging Face tokenizer.json, its WordPiece model's options and its
-  BertNormalizer's (but the casing: `_json_lowercase`). Another normaliser or pre-tokenizer than BERT's is refused:
+  BertNormalizer's (lowercase True when it says nothing). Another normaliser or pre-tokenizer than BERT's is refused:
   the file's ids would not be ours."""
   spec = _read_json_object(path, content)
   model = spec.get('model')
@@ -224,15 +227,10 @@ def _read_tokenizer_json(path: str, content: bytes) -> tuple[dict[str, int], dic
                       'WordPiece tokenizers, and would give other ids than this file')
   normalizer = {k: v for k, v in spec['normalizer'].items() if k in ('clean_text', 'handle_chinese_chars',
                                                                      'strip_accents')}
+  normalizer['lowercase'] = bool(spec['normalizer'].get('lowercase', True))
   return vocab, {'unk_token': model.get('unk_token', '[UNK]'),
                  'continuing_subword_prefix': model.get('continuing_subword_prefix', '##'),
                  'max_input_chars_per_word': model.get('max_input_chars_per_word', 100)}, normalizer
-
-
-def _json_lowercase(path: str) -> bool:
-  """Whether a tokenizer.json lower-cases (its BertNormalizer's setting; True if it has none)."""
-  normalizer = _read_json_object(path, fileio.path(path).read_bytes()).get('normalizer')
-  return bool(normalizer.get('lowercase', True)) if isinstance(normalizer, dict) else True
 
 
 def _read_json_object(path: str, content: bytes) -> dict:
@@ -287,11 +285,9 @@ def load(path: str, lowercase: bool | None = None, num_threads: int = -1) -> Tok
   else:
     raise DataError(f'tokenizer {path!r} does not exist; give a SentencePiece .model, a WordPiece vocab.txt or '
                     'tokenizer.json, or a directory holding one')
-  if lowercase is None:
-    lowercase = _json_lowercase(file) if file.endswith('.json') else True
-  if kind == WordPieceTokenizer.kind:
+  if kind == WordPieceTokenizer.kind:  # lowercase None: a tokenizer.json's own casing
     return WordPieceTokenizer(file, lowercase, num_threads)
-  return SentencePieceTokenizer(file, lowercase, num_threads)
+  return SentencePieceTokenizer(file, True if lowercase is None else lowercase, num_threads)
 
 
 def train(lines: Iterable[str], output: str, *, vocab_size: int, kind: str = 'unigram', lowercase: bool = True,
