@@ -46,7 +46,7 @@ def _check_resume_config(workdir, config_dict: dict) -> dict:
       raise config_lib.ConfigError(f'{workdir} holds a run with {key}={old[name]}; resume with --config.{key}='
                                    f'{old[name]}, or start a new --workdir')
   for section, cls in FROZEN_ON_RESUME.items():
-    old, new = saved.get(section) or {}, json.loads(json.dumps(config_dict.get(section)))
+    old, new = dict(saved.get(section) or {}), json.loads(json.dumps(config_dict.get(section)))  # saved unchanged
     old.update(config_lib.added_keys(cls, old, new))  # keys absent from an older config.json
     old = {k: config_lib.current_value(k, v) for k, v in old.items()}  # a key's values before its type changed
     for values in (old, new):  # one tokenizer path spelled two ways (a relative init_checkpoint, saved as typed)
