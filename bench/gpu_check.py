@@ -322,7 +322,8 @@ class Check:
             else f'a call returns in {result["call_seconds"] * 1e3:.2f} ms')
     text = (f'{result["step_seconds"] * 1e3:.2f} ms/step ({call}), '
             f'{result["tokens_per_second"]:,.0f} tokens/s, MFU '
-            f'{result["mfu"]:.1%}, compile {result["compile_seconds"]:.1f} s, initialiser '
+            f'{"unknown" if result["mfu"] is None else format(result["mfu"], ".1%")}, '
+            f'compile {result["compile_seconds"]:.1f} s, initialiser '
             f'{result["init_seconds"]:.1f} s, first step at {result["first_step_seconds"]:.1f} s{note}')
     if 'graphs' in result:
       text += f'; {result["graphs"]} CUDA graphs and {result["alone"]} kernels launched alone (estimated)'

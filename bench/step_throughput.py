@@ -19,7 +19,9 @@ on a CPU XLA:CPU's operations (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme
 Then each kind of kernel (GEMMs, cuDNN, fusions) against the least time its bytes and FLOPs allow at the device's
 memory bandwidth and peak (kernels.roofline), and the operations farthest from theirs.
 The last line, `RESULT {...}`, holds the numbers as JSON (bench/gpu_check.py reads it).
-Peak FLOP/s: --peak_tflops, or a table of known accelerators; on CPU it is measured with a large matmul.
+Peak FLOP/s for MFU: --peak_tflops, or the datasheet's of an accelerator electra_jax.gpu_targets or tpu_targets
+names exactly (another one, e.g. an H100 PCIe, reports no MFU without --peak_tflops); on a CPU it is measured with a
+large matmul.
 """
 
 import glob
@@ -39,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from electra_jax import compile_cache, config as config_lib, flops, gpu_targets, kernels, report, sharding, tpu_targets
+from electra_jax import (compile_cache, config as config_lib, gpu_targets, kernels, objective, report, sharding,
+                         tpu_targets)
 from electra_jax.train_step import Pretraining
 import synthetic
 
@@ -48,7 +51,8 @@ _BATCH = flags.DEFINE_integer('batch', 32, 'Global batch size.')
 _LENGTH = flags.DEFINE_integer('length', 0, 'Sequence length (0: the config\'s data.max_seq_length).')
 _VOCAB = flags.DEFINE_integer('vocab', 30522, 'Vocabulary size.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up steps).')
-_PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: guess).')
+_PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: a known '
+                            'accelerator\'s datasheet, a CPU\'s measured matmul rate, else no MFU).')
 _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step (its own process).')
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
 _FRESH_BATCHES = flags.DEFINE_bool('fresh_batches', False, 'Put the batch on the devices again before each timed '
@@ -62,10 +66,6 @@ _COMPILE_ONLY = flags.DEFINE_bool('compile_only', False, 'Compile the step, run 
                                   '--compile_cache: fill that cache for a later run, as the GPU check does for its '
                                   'levers).')
 
-# Dense bf16 peaks of GPUs electra_jax.gpu_targets does not describe (its GPUs' and tpu_targets' TPUs' come from there).
-PEAK_TFLOPS = {'V100': 125.0}
-
-
 def _per_second(fn, x, work: float) -> float:
   """`work` done per second by jitted `fn` on `x` (the mean of 5 calls after a first)."""
   fn(x).block_until_ready()
@@ -75,17 +75,18 @@ def _per_second(fn, x, work: float) -> float:
   return 5 * work / (time.perf_counter() - start)
 
 
-def peak_flops_per_device(dtype: str) -> float:
-  """This device's dense bf16 peak (gpu_targets' or tpu_targets', else PEAK_TFLOPS), halved for float32, or on a
-  CPU what XLA reaches on a large float32 matmul."""
+def peak_flops_per_device(dtype: str) -> float | None:
+  """--peak_tflops, or this device's dense bf16 peak as gpu_targets or tpu_targets know it (halved for float32),
+  or on a CPU what XLA reaches on a large float32 matmul; None for another accelerator: an MFU against a guessed
+  peak (a variant's, or a matmul's) would mislead."""
   if _PEAK.value:
     return _PEAK.value * 1e12
-  kind = jax.devices()[0].device_kind
-  known = gpu_targets.named(kind) or tpu_targets.named(kind)
-  peak = known.peak_flops if known else next((t * 1e12 for n, t in PEAK_TFLOPS.items() if n in kind), 0)
-  if peak:
-    return peak * (1.0 if dtype == 'bfloat16' else 0.5)
-  return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)
+  device = jax.devices()[0]
+  if known := gpu_targets.named(device.device_kind) or tpu_targets.named(device.device_kind):
+    return known.peak_flops * (1.0 if dtype == 'bfloat16' else 0.5)
+  if device.platform == 'cpu':
+    return _per_second(jax.jit(lambda a: a @ a), jnp.ones((2048, 2048), jnp.float32), 2 * 2048 ** 3)
+  return None
 
 
 def memory_bandwidth() -> float:
@@ -144,8 +145,12 @@ def time_jax(c, batch, t0: float) -> dict:
         ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
                                 _PROFILE.value * k)
         print(kernels.format_timed(ops), flush=True)
-        rows = kernels.against_roofline(ops, module, memory_bandwidth(), peak_flops_per_device(c.model.dtype))
-        print(kernels.format_roofline(rows), flush=True)
+        rows = []
+        if peak := peak_flops_per_device(c.model.dtype):
+          rows = kernels.against_roofline(ops, module, memory_bandwidth(), peak)
+          print(kernels.format_roofline(rows), flush=True)
+        else:
+          print('no roofline: this device\'s peak is not known; give --peak_tflops', flush=True)
         profile = {'profile_ms': {g: round(t, 4) for g, (t, _) in kernels.by_group(ops).items()},
                    'profile_top': [{'ms': round(op.ms, 4), 'launches': op.launches, 'group': op.group,
                                     'name': op.name, 'op_name': op.op_name} for op in ops[:15]],
@@ -206,7 +211,7 @@ def main(argv):
   print(report.devices_line(), flush=True)
   length = c.data.max_seq_length
   batch = synthetic.random_batch(c.batch_size, length, c.model.vocab_size)
-  step_flops = flops.pretraining_flops_per_step(c.model, c.batch_size, length, c.objective.num_predictions(length))
+  step_flops = objective.train_flops_per_step(c)  # what the trainer counts for this objective
   m = c.model
   print(f'model: {m.num_layers} layers, H={m.hidden_size}, E={m.embedding_size}, vocab={m.vocab_size}, '
         f'dtype={m.dtype}, attention={m.attention}, dropout {m.dropout_rate}/{m.attention_dropout_rate} '
@@ -216,15 +221,17 @@ def main(argv):
   if _COMPILE_ONLY.value:
     print(f'jax:   compile {r["compile_seconds"]:.1f} s\nRESULT {json.dumps(r)}', flush=True)
     return
-  peak = peak_flops_per_device(c.model.dtype) * jax.device_count()  # after the timing: on a CPU it times matmuls
+  peak = peak_flops_per_device(c.model.dtype)  # after the timing: on a CPU it times matmuls
   seconds, tokens = r['step_seconds'], c.batch_size * length
-  r.update(tokens_per_second=tokens / seconds, mfu=step_flops / seconds / peak, device=jax.devices()[0].device_kind)
+  mfu = step_flops / seconds / (peak * jax.device_count()) if peak else None
+  r.update(tokens_per_second=tokens / seconds, mfu=mfu, device=jax.devices()[0].device_kind)
   k = r['steps_per_call']
   call = f'a call of {k} steps returns in {r["call_seconds"] * k * 1e3:.2f} ms' if k > 1 else (
       f'a call returns in {r["call_seconds"] * 1e3:.2f} ms')
   print(f'jax:   step {seconds * 1e3:.2f} ms ({call}), '
         f'{tokens / seconds:,.0f} tokens/s, '
-        f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, MFU {r["mfu"]:.1%} (peak {peak / 1e12:.2f} TFLOP/s); '
+        f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, '
+        f'{f"MFU {mfu:.1%} (peak {peak / 1e12:.2f} TFLOP/s)" if peak else "MFU unknown (give --peak_tflops)"}; '
         f'compile {r["compile_seconds"]:.1f} s, initialiser {r["init_seconds"]:.1f} s, first step at '
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
   if torch_line:

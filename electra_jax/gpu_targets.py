@@ -59,9 +59,9 @@ GPUS = {
 
 
 def named(device_kind: str) -> Gpu | None:
-  """The GPU of GPUS that a jax device's `device_kind` names (e.g. 'NVIDIA H200'), if any."""
-  kind = device_kind.lower()
-  return next((gpu for name, gpu in GPUS.items() if name in kind), None)
+  """The GPU of GPUS whose `description` is a jax device's `device_kind` (e.g. 'NVIDIA H200'), if any: matched whole,
+  since 'NVIDIA H100 PCIe' and 'NVIDIA H200 NVL' have less peak and bandwidth than the SXM parts described here."""
+  return next((gpu for gpu in GPUS.values() if gpu.description == device_kind), None)
 
 
 def parse(topology: str) -> tuple[Gpu, int, int] | None:

@@ -19,6 +19,8 @@ def test_topology_names_nodes_and_gpus():
   assert gpu_targets.GPUS['h200'].memory_bandwidth == 4.8e12  # the H100's: 3.35 TB/s
   assert gpu_targets.named('NVIDIA H200') is gpu_targets.GPUS['h200']  # jax's device_kind on the H200 lent
   assert gpu_targets.named('NVIDIA H100 80GB HBM3') is gpu_targets.GPUS['h100'] and gpu_targets.named('cpu') is None
+  # Variants with less peak (H100 PCIe 756, the NVL parts 835 TFLOP/s) are not the SXM parts described.
+  assert gpu_targets.named('NVIDIA H100 PCIe') is None and gpu_targets.named('NVIDIA H200 NVL') is None
   assert gpu_targets.parse('v3:4x4') is None  # a TPU slice: aot's TPU path takes it
   assert aot.chip('h100:1') is gpu_targets.GPUS['h100'] and aot.chip('h100:1').hbm_bytes > 79 * aot.GIB
 
