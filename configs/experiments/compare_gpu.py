@@ -27,8 +27,12 @@ steps (the classification tasks share theirs) are compiled, and a resumed comman
 Full-size cost. FLOPs per step (`objective.train_flops_per_step`, matmuls, 3 x forward; vocabulary 30522):
 electra 1.150e12 (70.2 MFLOP per token), mlm 1.066e12 (65.0 MFLOP per token). At 1e16 FLOPs: electra 8695 steps
 (142 M tokens), mlm 9385 steps (154 M tokens; multiples of 5), about 6 passes over the corpus's 185 k packed
-examples of 128 tokens. Equal FLOPs take equal time at a given model FLOP/s, so one run takes budget / (electra
-tokens/s x 70.2e6):
+examples of 128 tokens. That convention counts what the GPU computes: XLA's cost analysis of the compiled step
+(the tiny model, CPU) counts 7.8% more than it for electra and 6.4% more for mlm. The paper matched compute with the
+official flops_computation.py instead (lookups as one-hot matmuls, training 2 x forward: `flops` 'paper'
+convention), which charges electra's second tower's lookup: 1.292e12 and 0.977e12 per step, so that 1e16 would give
+electra 7738 steps to mlm's 10237 (0.76 of mlm's steps; here 0.93).
+Equal FLOPs take equal time at a given model FLOP/s, so one run takes budget / (electra tokens/s x 70.2e6):
 
 | electra tokens/s (one GPU) | 1e16 FLOPs, one run | electra + mlm | whole command, estimated (+ 3-4 min) |
 |---|---:|---:|---:|
