@@ -57,22 +57,61 @@ def test_slurm_command_keeps_the_users_settings():
   assert got['command'][5] == '--config=configs/small.py:gpu:8'
 
 
+def test_tpu_pod_command_runs_the_entry_point_on_every_worker():
+  got = dry_run('launch/tpu_pod.sh', "--config.tasks='a','b'", '--config.data.source=/data/my corpus',
+                TPU_NAME='electra-v4-32', ZONE='us-central2-b', BUCKET='bkt', CONFIG='configs/small.py:quickstart')
+  *gcloud, remote = got['command']
+  assert gcloud == ['gcloud', 'compute', 'tpus', 'tpu-vm', 'ssh', 'electra-v4-32', '--zone', 'us-central2-b',
+                    '--worker=all', '--command']
+  # What each worker's shell runs: $HOME expanded there, each argument as typed here.
+  assert shlex.split(remote) == ['cd', '$HOME/electra_jax', '&&', 'ELECTRA_JAX_DISTRIBUTED=1', '.venv/bin/python', '-m',
+                                 'electra_jax.main', '--config=configs/small.py:quickstart',
+                                 '--workdir=gs://bkt/electra/small_quickstart', "--config.tasks='a','b'",
+                                 '--config.data.source=/data/my corpus']
+  got = dry_run('launch/tpu_pod.sh', TPU_NAME='t', ZONE='z', BUCKET='b', REPO='/opt/my repo', PYTHON='python3.12')
+  assert shlex.split(got['command'][-1])[:5] == ['cd', '/opt/my repo', '&&', 'ELECTRA_JAX_DISTRIBUTED=1', 'python3.12']
+  assert '--workdir=gs://b/electra/large' in shlex.split(got['command'][-1])
+
+
 @pytest.mark.parametrize('script, env, message', [
     ('launch/gpu_single_node.sh', {}, 'WORKDIR: set WORKDIR'),
     ('launch/gpu_single_node.sh', {'WORKDIR': 'w', 'PATH': 'NO_NVIDIA_SMI'},
      'no GPU found by nvidia-smi: set GPUS=N (how many this machine has)'),
+    # nvidia-smi failing (no driver, a mismatched one) prints its error on stdout: those lines are no GPUs.
+    ('launch/gpu_single_node.sh', {'WORKDIR': 'w', 'PATH': 'FAILING_NVIDIA_SMI'},
+     'no GPU found by nvidia-smi: set GPUS=N (how many this machine has)'),
+    ('launch/gpu_single_node.sh', {'WORKDIR': 'w', 'CUDA_VISIBLE_DEVICES': ''},
+     'no GPU found: CUDA_VISIBLE_DEVICES is empty; set GPUS=N or CUDA_VISIBLE_DEVICES'),
     ('launch/gpu_slurm.sbatch', {'WORKDIR': 'w'}, 'SLURM_NTASKS: run it with sbatch (SLURM_NTASKS is not set)'),
     ('launch/gpu_slurm.sbatch', {'WORKDIR': 'w', 'SLURM_NTASKS': '8', 'SLURM_SUBMIT_DIR': '/nonexistent'},
      'no /nonexistent/launch/gpu_env.sh: sbatch this script from the repository\'s root'),
 ])
 def test_missing_setting_is_one_line(script, env, message, tmp_path):
-  if env.get('PATH') == 'NO_NVIDIA_SMI':  # the tools the script uses, without nvidia-smi (as on a machine with no GPU)
-    for tool in ('dirname', 'wc'):
+  if env.get('PATH', '').endswith('NVIDIA_SMI'):  # the tools the script uses, without a working nvidia-smi
+    for tool in ('dirname', 'grep'):
       os.symlink(shutil.which(tool), tmp_path / tool)
+    if env['PATH'] == 'FAILING_NVIDIA_SMI':
+      _write_tool(tmp_path / 'nvidia-smi', 'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the '
+                  'NVIDIA driver."; echo; exit 9')
     env = {**env, 'PATH': str(tmp_path)}
   result = bash(script, DRY_RUN='1', **env)
   assert result.returncode != 0 and result.stdout == ''
   assert result.stderr.strip().endswith(message) and len(result.stderr.strip().splitlines()) == 1
+
+
+def _write_tool(path, body):
+  path.write_text(f'#!{BASH}\n{body}\n')
+  path.chmod(0o755)
+
+
+def test_single_node_counts_the_gpus_cuda_may_use(tmp_path):
+  """NVML lists every GPU of the machine; CUDA_VISIBLE_DEVICES says how many the run gets (the preset's gradient
+  accumulation is sized by it)."""
+  _write_tool(tmp_path / 'nvidia-smi', 'for i in 0 1 2 3; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done')
+  path = f'{tmp_path}:{os.environ["PATH"]}'
+  assert dry_run('launch/gpu_single_node.sh', WORKDIR='w', PATH=path)['command'][3] == '--config=configs/base.py:gpu:4'
+  got = dry_run('launch/gpu_single_node.sh', WORKDIR='w', PATH=path, CUDA_VISIBLE_DEVICES='0,1')
+  assert got['command'][3] == '--config=configs/base.py:gpu:2'
 
 
 def test_xla_knows_every_flag():
