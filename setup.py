@@ -11,7 +11,7 @@ setuptools.setup(
     name='electra_jax',
     version='0.1.0',
     description='ELECTRA pre-training and fine-tuning in JAX/Flax, from one CPU to TPU pods',
-    python_requires='>=3.10',
+    python_requires='>=3.11',  # jax 0.10.2's
     # The repository's configs/ is installed inside the package, as electra_jax.configs (not a top-level `configs`
     # that would collide with other projects'): `--config=configs/NAME.py` finds it there (electra_jax.config_files).
     packages=(setuptools.find_packages(include=['electra_jax', 'electra_jax.*'])
