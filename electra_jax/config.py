@@ -510,6 +510,10 @@ class MeshConfig:
       object.__setattr__(self, 'shape', tuple(int(s) for s in self.shape))
     except (TypeError, ValueError):
       raise ConfigError(f'mesh.shape takes {len(AXES)} integers for {AXES}, e.g. -1,1,1; got {self.shape}') from None
+    if (len(self.shape) != len(AXES) or any(s == 0 or s < -1 for s in self.shape)
+        or self.shape.count(-1) > 1):
+      raise ConfigError(f'mesh.shape takes {len(AXES)} integers for {AXES}, each a device count of at least 1 or, '
+                        f'on one axis, -1 (the devices left), e.g. -1,1,1; got {self.shape}')
     if not isinstance(self.rules, (tuple, list)) or not all(_is_rule(rule) for rule in self.rules):
       raise ConfigError(f"mesh.rules takes (logical axis, mesh axes) pairs, the mesh axes None, one of {AXES} or a "
                         f"tuple of them, e.g. --config.mesh.rules=\"('embed','fsdp'),('mlp','tensor')\"; "

@@ -28,6 +28,8 @@ from electra_jax import hosts
 from electra_jax.config import AXES, ConfigError, MeshConfig
 
 BATCH = ('activation_batch', 'activation_length')  # logical axes of every [batch, length] input array
+# What srun sets for each task, and jax's SLURM cluster reads (an sbatch script's own shell has not all of them).
+SLURM_TASK_VARIABLES = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_PROCID', 'SLURM_LOCALID')
 
 
 def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
@@ -37,7 +39,10 @@ def mesh_shape(config: MeshConfig, num_devices: int) -> tuple[int, ...]:
   """
   known = int(np.prod([s for s in config.shape if s != -1]))
   shape = tuple(num_devices // known if s == -1 else s for s in config.shape)
-  if int(np.prod(shape)) != num_devices and (-1 in config.shape or int(np.prod(shape)) > num_devices):
+  if -1 in config.shape and (num_devices % known or known > num_devices):
+    raise ConfigError(f'mesh.shape {config.shape}: the {num_devices} devices do not split into {known} for the '
+                      f'other axes; make their product divide {num_devices}')
+  if int(np.prod(shape)) > num_devices:
     raise ConfigError(f'mesh.shape {config.shape} does not fit {num_devices} devices; '
                       f'make the product equal the device count or put a -1 on one axis')
   return shape
@@ -169,13 +174,28 @@ def initialize_distributed():
     job = dict(coordinator_address=env['JAX_COORDINATOR_ADDRESS'],
                num_processes=_whole_number('JAX_NUM_PROCESSES', 1, 1, 'processes'),
                process_id=_whole_number('JAX_PROCESS_ID', 0, 0))
-  elif (_whole_number('SLURM_NTASKS', 1, 1, 'tasks') > 1 or ',' in env.get('TPU_WORKER_HOSTNAMES', '')
-        or env.get('ELECTRA_JAX_DISTRIBUTED') == '1'):
+    if job['process_id'] >= job['num_processes']:
+      raise ConfigError(f'JAX_PROCESS_ID={job["process_id"]} must be below JAX_NUM_PROCESSES={job["num_processes"]} '
+                        '(processes are numbered from 0)')
+  elif (tasks := _whole_number('SLURM_NTASKS', 1, 1, 'tasks')) > 1:
+    if missing := [k for k in SLURM_TASK_VARIABLES if k not in env]:  # jax's SLURM detection needs them all
+      raise ConfigError(f'SLURM_NTASKS={tasks} but this process is not one of the job\'s srun tasks '
+                        f'({", ".join(missing)} unset): start it with srun (launch/gpu_slurm.sbatch does), or unset '
+                        'SLURM_NTASKS to run one process')
     job = {}  # jax finds the coordinator and this process's place itself
+  elif ',' in env.get('TPU_WORKER_HOSTNAMES', '') or env.get('ELECTRA_JAX_DISTRIBUTED') == '1':
+    job = {}
   else:
     return  # one process
   with hosts.joined_within(seconds['start']):
-    jax.distributed.initialize(**job, **timeouts)
+    try:
+      jax.distributed.initialize(**job, **timeouts)
+    except ValueError as e:  # found no cluster (ELECTRA_JAX_DISTRIBUTED=1 off a TPU slice, say)
+      if job:
+        raise
+      raise ConfigError(f'jax.distributed found no job this process is part of ({e}); on a Cloud TPU slice run '
+                        'launch/tpu_pod.sh, elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and '
+                        'JAX_PROCESS_ID') from None
   if jax.process_count() > 1 and jax.default_backend() == 'cpu':
     # gloo (CPU collectives) connects the processes at their first collective and gives up if one is 30 s late,
     # which start-up, data loading and compiling on loaded hosts can exceed. Connected now, while the processes are

@@ -92,11 +92,19 @@ def test_a_bad_timeout_is_a_clear_error(monkeypatch, name):
     ({'JAX_COORDINATOR_ADDRESS': '127.0.0.1:1234', 'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '-1'},
      'JAX_PROCESS_ID=-1 must be a whole number, at least 0'),
     ({'SLURM_NTASKS': 'x'}, 'SLURM_NTASKS=x must be a whole number of tasks, at least 1'),
+    ({'JAX_COORDINATOR_ADDRESS': '127.0.0.1:1234', 'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '2'},
+     'JAX_PROCESS_ID=2 must be below JAX_NUM_PROCESSES=2 (processes are numbered from 0)'),
+    # A job of 8 tasks whose script runs python itself, not through srun (jax: 'coordinator_address should be
+    # defined', a traceback).
+    ({'SLURM_NTASKS': '8', 'SLURM_JOB_ID': '123'},
+     'SLURM_NTASKS=8 but this process is not one of the job\'s srun tasks (SLURM_STEP_NODELIST, SLURM_PROCID, '
+     'SLURM_LOCALID unset): start it with srun (launch/gpu_slurm.sbatch does), or unset SLURM_NTASKS to run one '
+     'process'),
 ])
 def test_a_bad_process_count_is_a_clear_error(monkeypatch, environment, message):
   """The job's size and place are read before anything starts: a value int() cannot read is one line, not a
   traceback (as for the timeouts above)."""
-  for name in ('JAX_COORDINATOR_ADDRESS', 'SLURM_NTASKS'):
+  for name in ('JAX_COORDINATOR_ADDRESS', 'SLURM_NTASKS', *sharding.SLURM_TASK_VARIABLES):
     monkeypatch.delenv(name, raising=False)
   for name, value in environment.items():
     monkeypatch.setenv(name, value)

@@ -87,6 +87,23 @@ def test_batch_must_split_over_the_devices():
     run.lower()
 
 
+@pytest.mark.parametrize('shape', [(0, -1, 1), (-2, 1, 1), (0, 1, 1), (-1, -1, 1), (2, 2)])
+def test_a_mesh_shape_is_device_counts(shape):
+  with pytest.raises(sharding.ConfigError, match=r'mesh.shape takes 3 integers .* each a device count of at least 1 '
+                     r'or, on one axis, -1'):
+    MeshConfig(shape=shape)
+
+
+def test_a_mesh_shape_with_a_free_axis_divides_the_devices():
+  assert sharding.mesh_shape(MeshConfig(shape=(2, -1, 1)), 8) == (2, 4, 1)
+  with pytest.raises(sharding.ConfigError, match=r'^mesh.shape \(3, -1, 1\): the 8 devices do not split into 3 for '
+                     r'the other axes; make their product divide 8$'):
+    sharding.mesh_shape(MeshConfig(shape=(3, -1, 1)), 8)
+  with pytest.raises(sharding.ConfigError, match=r'does not fit 8 devices'):
+    sharding.mesh_shape(MeshConfig(shape=(16, 1, 1)), 8)
+  assert sharding.mesh_shape(MeshConfig(shape=(1, 1, 1)), 8) == (1, 1, 1)  # the first device alone
+
+
 def test_a_mesh_of_several_processes_takes_as_many_devices_of_each(monkeypatch):
   """Two processes of two devices each: a (2, 1, 1) mesh would take process 0's two alone, leaving process 1 nothing
   to run its rows on (it failed with tracebacks on both). Refused in one line; the whole mesh is taken."""
