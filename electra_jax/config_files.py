@@ -36,10 +36,10 @@ def resolve(path: str) -> str:
   """`path` if it exists; else, for a relative `configs/...` path, the packaged copy of that file if there is one
   (and `configs` then imports as `electra_jax.configs`), with its `:ARG` (configs/small.py:quickstart) kept.
   Anything else is left for the loader to report."""
-  if os.path.exists(path):
-    return path
   file, colon, arg = path.partition(':')  # the argument is get_config's, not part of the file name
-  if os.path.exists(file) or not os.path.normpath(file).startswith(PREFIX):
+  if os.path.exists(path) or os.path.exists(file) or not os.path.normpath(file).startswith(PREFIX):
+    if importlib.util.find_spec('configs') is None and (directory := packaged_dir()):
+      _import_as_configs(directory)  # a config file run from elsewhere imports `configs` too: the packaged one
     return path
   directory = packaged_dir()
   packaged = directory and os.path.join(directory, os.path.normpath(file)[len(PREFIX):])

@@ -36,6 +36,18 @@ def test_a_preset_resolves_outside_a_clone(tmp_path, monkeypatch):
   assert config_files.resolve('configs/nope.py:quickstart') == 'configs/nope.py:quickstart'  # left for the loader
 
 
+def test_a_config_file_outside_a_clone_imports_the_packaged_configs(tmp_path):
+  """A config file of one's own (or the clone's, by its absolute path) run from a directory without configs/:
+  its `from configs import default` finds the packaged default.py (it was 'No module named configs')."""
+  (tmp_path / 'mine.py').write_text('from configs import default\n\n\ndef get_config():\n'
+                                    '  config = default.get_config()\n  config.train_steps = 7\n  return config\n')
+  for config in (str(tmp_path / 'mine.py'), os.path.join(REPO, 'configs', 'tiny.py')):
+    result = subprocess.run([sys.executable, '-m', 'electra_jax.main', f'--config={config}', '--show_config'],
+                            cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f'\ntrain_steps = {7 if config.endswith("mine.py") else 1000}' in result.stdout
+
+
 @pytest.mark.slow
 def test_the_installed_package_carries_the_configs(tmp_path):
   """A wheel built from setup.py installs configs/ as electra_jax/configs and nothing named `configs` at the top
