@@ -103,12 +103,11 @@ class Evaluator:
     count = batch_count(examples, num_batches=num_batches, batch_size=c.batch_size)
     # The same rows every evaluation: drawn once with the run's seed, global batch i = chosen[i*B:(i+1)*B].
     chosen = np.random.default_rng(c.seed).choice(len(examples), count * c.batch_size, replace=False)
-    local = c.batch_size // jax.process_count()
-    first = jax.process_index() * local  # this process's contiguous block of each global batch
+    rows = sharding.local_rows(run.batch_sharding, c.batch_size)  # this process's rows of each global batch
     replicated = sharding.replicated(run.mesh)
     # Put on the devices once: every evaluation reads the same batches with the same keys.
     self.batches = [sharding.global_batch(loader.read_batch(
-        examples, chosen[i * c.batch_size:(i + 1) * c.batch_size][first:first + local], run.special),
+        examples, chosen[i * c.batch_size:(i + 1) * c.batch_size][rows], run.special),
         run.batch_sharding) for i in range(count)]
     base = jax.random.fold_in(jax.random.PRNGKey(c.seed), EVAL_KEY)
     self.keys = [jax.device_put(jax.random.key_data(jax.random.fold_in(base, i)), replicated) for i in range(count)]

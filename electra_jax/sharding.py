@@ -126,6 +126,30 @@ def check_batch(mesh, rules, batch_size: int, grad_accum_steps: int = 1, name: s
     raise ConfigError(f'{jax.process_count()} processes each feed their own rows, so the batch must be split over '
                       f'a multiple of {jax.process_count()} devices; it is split over {devices} (mesh '
                       f'{dict(mesh.shape)}): put more devices on the data or fsdp axes')
+  if jax.process_count() > 1:
+    held = process_rows(batch_sharding(mesh, rules, BATCH[:1]), batch_size)
+    if sum(len(rows) for rows in held.values()) != batch_size:  # rows held by several processes
+      raise ConfigError(f'mesh.rules split the batch over mesh axes {spec[0] if spec else None} (mesh '
+                        f'{dict(mesh.shape)}), along which the {jax.process_count()} processes hold the same rows, '
+                        'but each process feeds rows of its own: map activation_batch to mesh axes across the '
+                        "processes' devices, e.g. ('data', 'fsdp')")
+
+
+def local_rows(batch: NamedSharding, batch_size: int) -> np.ndarray:
+  """The rows of each global batch of `batch_size` that this process feeds under sharding `batch` (of a [batch,
+  ...] array): those its devices hold, in order, which `global_batch` places at their positions. Each process's
+  block of batch_size / processes rows on CPUs and GPUs; on a TPU slice jax lays the devices out in the slice's
+  physical order, which interleaves the hosts' rows (a v4-32's four hosts: every fourth device's)."""
+  rows = NamedSharding(batch.mesh, PartitionSpec(batch.spec[0] if batch.spec else None))
+  return np.array(sorted(process_rows(rows, batch_size).get(jax.process_index(), ())), np.int64)
+
+
+def process_rows(sharding: NamedSharding, batch_size: int) -> dict[int, set[int]]:
+  """{process index: the rows of a [batch_size] array that its devices hold under `sharding`}."""
+  held = {}
+  for device, index in sharding.devices_indices_map((batch_size,)).items():
+    held.setdefault(device.process_index, set()).update(range(*index[0].indices(batch_size)))
+  return held
 
 
 def replicated(mesh) -> NamedSharding:
@@ -133,7 +157,7 @@ def replicated(mesh) -> NamedSharding:
 
 
 def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
-  """Assembles this process's rows into global arrays (each process holds its contiguous share)."""
+  """Assembles this process's rows (`local_rows`, in order) into global arrays."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 

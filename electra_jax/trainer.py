@@ -91,7 +91,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
   # with checkpoints starts it once they say steps are left (a finished run needs none).
   compile_step = functools.partial(scaffold.compile_in_thread, 'the train step', run.compile)
   compiled = None if checkpoint.started(workdir) else compile_step()
-  batches = _batches(c, tokenizer)
+  batches = _batches(c, tokenizer, sharding.local_rows(run.batch_sharding, c.batch_size))
   eval_examples = _eval_examples(c, tokenizer)  # checked to fill a batch before checkpoints/ is made
   checkpointer = Checkpointer(workdir, keep=c.keep_checkpoints, preserve=c.save_steps)  # locks the workdir
   try:
@@ -214,10 +214,10 @@ def _examples(c: config_lib.TrainConfig, tokenizer):
                             process_count=jax.process_count())
 
 
-def _batches(c: config_lib.TrainConfig, tokenizer) -> data.BatchIterator:
-  """This process's batches of the run's training examples."""
+def _batches(c: config_lib.TrainConfig, tokenizer, rows) -> data.BatchIterator:
+  """This process's batches of the run's training examples: `rows` of each global batch."""
   return data.BatchIterator(_examples(c, tokenizer), tokenizer.special, batch_size=c.batch_size, seed=c.seed,
-                            process_index=jax.process_index(), process_count=jax.process_count())
+                            process_index=jax.process_index(), process_count=jax.process_count(), rows=rows)
 
 
 def precompile(config, workdir: str):

@@ -75,6 +75,17 @@ def test_processes_partition_each_global_batch(examples, process_count):
     assert sum(shares, []) == expected  # process p holds the p-th block of rows: the 1-process batch, row for row
 
 
+def test_a_process_reads_the_rows_its_devices_hold(examples):
+  """Devices interleaved over 2 processes (as on a TPU slice): process p holds rows p, p+2, ... of each global
+  batch (sharding.local_rows), and reads exactly those."""
+  global_batches = _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=2), 30)
+  for p in range(2):
+    rows = np.arange(p, 8, 2)
+    local = _take(BatchIterator(examples, SPECIAL, batch_size=8, seed=2, process_index=p, process_count=2, rows=rows),
+                  30)
+    assert local == [[batch[r] for r in rows] for batch in global_batches]
+
+
 @pytest.mark.parametrize('before, after', [(2, 1), (4, 2), (1, 4)])
 def test_resume_on_another_process_count_continues_the_global_stream(examples, before, after):
   """A checkpoint stores process 0's position (batches taken): under another process count it resumes the same

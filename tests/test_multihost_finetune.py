@@ -190,3 +190,17 @@ def test_an_error_on_process_0_between_seeds_stops_every_process_at_once(tmp_pat
                   'choose another directory)')
   assert one_error_line(run.output(1)) == f'{ours} (process 0 of 2 stopped with this error; the other processes ' \
                                           'stop too)'
+
+
+def test_devices_interleaved_over_the_processes_fine_tune_as_one_process(tmp_path, task, pretrained, one_process):
+  """Devices laid out as on a TPU slice, the hosts' interleaved along the batch (tests/hooks): each process feeds
+  the rows its devices hold, of the training batches and of the dev set, so that the losses, predictions and scores
+  are one process's (before, a dev row's prediction was scored against another row's label)."""
+  env = {'XLA_FLAGS': '--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0',
+         'ELECTRA_JAX_TEST_INTERLEAVE_DEVICES': '1'}
+  run = Run(tmp_path / 'run', 2, task, pretrained, env=env, seeds=1)
+  assert run.finish() == [0, 0], run.tails()
+  ours, theirs = run.losses(0), one_process.losses(0)
+  np.testing.assert_allclose([loss for _, loss in ours], [loss for _, loss in theirs], rtol=2e-4)
+  assert dev_predictions(run, 0) == dev_predictions(one_process, 0)
+  assert run.results()['seeds'] == one_process.results()['seeds'][:1]

@@ -26,7 +26,7 @@ from helpers import FAULTS_CONFIG_FILE as CONFIG_FILE  # pylint: disable=g-bad-i
 from helpers import LocalProcesses, final_params, one_error_line, read_metrics, step_dirs
 
 from electra_jax import data
-from electra_jax.config import DataConfig
+from electra_jax.config import DataConfig, MeshConfig
 
 pytestmark = [pytest.mark.multihost, pytest.mark.usefixtures('compile_once')]
 
@@ -132,6 +132,17 @@ def test_two_processes_train_as_one_and_only_process_0_writes_the_logs(two_proce
   assert 'pre-training' not in two_processes.output(1)  # the progress bar and the FLOPs line: process 0's
 
 
+def test_devices_interleaved_over_the_processes_train_as_one_process(tmp_path, corpus, one_process):
+  """jax lays a TPU slice's devices out in its physical order, where the hosts' devices interleave along the batch
+  (a v4-32's four hosts: every fourth device). Each process feeds the rows its devices hold, so that the global
+  batch is the one-process run's row for row (a process's block of rows landed on every other slot, under other
+  rows' masks and dropout: other losses)."""
+  xla = '--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0'
+  run = Run(tmp_path / 'run', 2, corpus, env={'XLA_FLAGS': xla, 'ELECTRA_JAX_TEST_INTERLEAVE_DEVICES': '1'})
+  assert run.finish() == [0, 0], run.tails()
+  assert_same_losses(run.workdir, one_process.workdir, rtol=1e-5)
+
+
 def test_sigterm_to_one_process_stops_both_at_one_step_and_the_same_command_resumes(tmp_path, corpus, two_processes):
   """The issue's case: SIGTERM to process 1 only, at a random moment of the steps.
 
@@ -199,7 +210,13 @@ def test_four_processes_sigterm_during_the_first_compile_then_resume_on_two(tmp_
     (['--config.batch_size=7'], '-1,1,1', 1, 'batch_size 7 must be a multiple of'),
     # Two devices a process: a (2, 1, 1) mesh would be process 0's two alone (it ended in tracebacks on both).
     ([], '2,1,1', 2, 'mesh.shape (2, 1, 1) takes 2 of the 4 devices ([2, 0] of the 2 processes'),
-], ids=['batch_size', 'mesh_of_one_process'])
+    # The batch over 'fsdp' alone, the axis within each process: both would hold rows 0-3 of 8, and the batch
+    # jax assembled from their rows had 4 rows, different on each process (it trained on, silently).
+    (['--config.mesh.rules=' + ','.join(repr(rule) for rule in (('activation_batch', 'fsdp'),)
+                                        + MeshConfig().rules[1:])],
+     '2,2,1', 2, "mesh.rules split the batch over mesh axes fsdp (mesh {'data': 2, 'fsdp': 2, 'tensor': 1}), along "
+                 'which the 2 processes hold the same rows'),
+], ids=['batch_size', 'mesh_of_one_process', 'rules_sharing_rows'])
 def test_a_bad_config_is_refused_by_every_process_with_one_line(tmp_path, corpus, one_process, flags, mesh, devices,
                                                                 error):
   del one_process  # after it (the tokenizer is cached)

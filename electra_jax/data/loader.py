@@ -2,8 +2,10 @@
 
 The example order is grain's `MapDataset.range(N).shuffle(seed).repeat()`: a new permutation each epoch (grain
 seeds it with seed + epoch), the stream running on across epoch ends so no example is dropped. Global batch b is
-elements [b*B, (b+1)*B) of that stream; process p of P takes elements p, p+P, ... (`ds[p::P]`), so the local
-batches of the processes partition each global batch and each process reads only its own rows. The iterator state
+elements [b*B, (b+1)*B) of that stream; each process takes the rows of it that its devices hold (`rows`:
+`sharding.local_rows`, process p's p-th block of B/P rows unless jax laid the devices out otherwise), so the local
+batches of the processes partition each global batch, each process reads only its own rows, and row r of a global
+batch is at position r on the devices whatever the number of processes. The iterator state
 saved with every checkpoint is grain's ({'next_index': batches consumed}) plus the number and a fingerprint of the
 examples as a check, so a resumed run sees exactly the batches an uninterrupted one would, or is refused. In-memory
 and on-disk examples (examples.py) go through the same pipeline: the same examples and seed give the same batches.
@@ -32,11 +34,12 @@ class BatchIterator:
   """Yields {input_ids, segment_ids, input_mask} [batch_size // process_count, length] int32 batches forever.
 
   `examples` is any store with `len()` and `read(indices)` (examples.InMemoryExamples, ArrayRecordExamples).
-  `threads` read upcoming batches in the background, at most `prefetch` batches ahead.
+  `rows`: the rows of each global batch this process reads (`sharding.local_rows`; default its process_index-th
+  block). `threads` read upcoming batches in the background, at most `prefetch` batches ahead.
   """
 
   def __init__(self, examples, special: SpecialIds, *, batch_size: int, seed: int, process_index: int = 0,
-               process_count: int = 1, threads: int = 2, prefetch: int = 8):
+               process_count: int = 1, rows: np.ndarray | None = None, threads: int = 2, prefetch: int = 8):
     # grain imports jax and orbax (seconds): only the trainer's process needs it, not the CLI or packing workers.
     import grain  # noqa: PLC0415
     if batch_size % process_count:
@@ -48,15 +51,18 @@ class BatchIterator:
     self.examples, self.special = examples, special
     self.batch_size, self.seed = batch_size, seed
     if self.host_part is None:
-      dataset = (grain.MapDataset.range(len(examples))
-                 .shuffle(seed=shuffle_seed(seed))
-                 .repeat()
-                 # Global batch k is examples [k * batch_size, (k + 1) * batch_size) of the stream, and process p
-                 # holds its p-th contiguous block, as sharding.global_batch lays them out: every process count
-                 # trains on the same global batches, row for row, and a checkpoint's position (batches taken)
-                 # means the same under any process count.
-                 .batch(batch_size // process_count, batch_fn=np.asarray)
-                 [process_index::process_count])
+      local = batch_size // process_count
+      rows = np.arange(process_index * local, (process_index + 1) * local) if rows is None else np.asarray(rows)
+      if len(rows) != local:
+        raise ValueError(f'{len(rows)} rows of each batch of {batch_size} given to one of {process_count} processes')
+      # Global batch k is examples [k * batch_size, (k + 1) * batch_size) of the stream, and this process holds its
+      # `rows`, those its devices take (sharding.global_batch places them there): every process count trains on
+      # the same global batches, row for row, and a checkpoint's position (batches taken) means the same under any
+      # process count.
+      dataset = (grain.MapDataset.range(len(examples)).shuffle(seed=shuffle_seed(seed)).repeat()
+                 .batch(batch_size, batch_fn=np.asarray))
+      if local < batch_size:
+        dataset = dataset.map(lambda indices: indices[rows])
     else:  # this process's own shards, in an order of its own (another process count is refused on resume)
       if self.host_part != (process_index, process_count):
         raise ValueError(f'the examples of process {self.host_part} given to process {process_index, process_count}')

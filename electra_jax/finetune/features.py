@@ -127,15 +127,14 @@ def num_train_steps(num_rows: int, batch_size: int, epochs: float) -> int:
 
 
 def train_batches(arrays: dict[str, np.ndarray], batch_size: int, num_steps: int, seed: int,
-                  process_index: int = 0, process_count: int = 1, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+                  rows: np.ndarray | None = None, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
   """Batches `start` .. `num_steps` - 1 of rows from consecutive seeded permutations (one per epoch, crossing epoch
   ends): a run resumed at step `start` sees the batches an uninterrupted one would.
 
-  Each process gets its contiguous share of the global batch.
+  A process gets `rows` of each global batch (`sharding.local_rows`; None: all).
   """
   n = len(next(iter(arrays.values())))
-  local = batch_size // process_count
-  rows = slice(process_index * local, (process_index + 1) * local)
+  rows = slice(None) if rows is None else rows
   rng = np.random.default_rng(seed)
   order = np.zeros((0,), np.int64)
   for step in range(num_steps):
@@ -146,12 +145,13 @@ def train_batches(arrays: dict[str, np.ndarray], batch_size: int, num_steps: int
       yield {k: v[index] for k, v in arrays.items()}
 
 
-def eval_batches(arrays: dict[str, np.ndarray], batch_size: int, process_index: int = 0,
-                 process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """Batches in order; the last one is padded with copies of row 0 (drop them: the first n outputs count)."""
+def eval_batches(arrays: dict[str, np.ndarray], batch_size: int,
+                 rows: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Batches in order, `rows` of each for this process (None: all); the last one is padded with copies of row 0
+  (drop them: the first n outputs count)."""
   n = len(next(iter(arrays.values())))
-  local = batch_size // process_count
+  rows = slice(None) if rows is None else rows
   for start in range(0, n, batch_size):
     index = np.arange(start, start + batch_size)
-    index = np.where(index < n, index, 0)[process_index * local:(process_index + 1) * local]
+    index = np.where(index < n, index, 0)[rows]
     yield {k: v[index] for k, v in arrays.items()}

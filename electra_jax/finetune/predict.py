@@ -51,8 +51,8 @@ def encode(task: tasks.Task, examples: list, tokenizer: data.Tokenizer, max_seq_
 def infer(eval_fn, params, feats: features_lib.Features, batch_size: int, batch_sharding=None) -> dict:
   """`eval_fn(params, batch)` on every row of `feats`; host arrays with leading dimension len(feats)."""
   outputs = []
-  for batch in features_lib.eval_batches(feats.arrays, batch_size, jax.process_index(),
-                                         jax.process_count() if batch_sharding is not None else 1):
+  rows = None if batch_sharding is None else sharding.local_rows(batch_sharding, batch_size)
+  for batch in features_lib.eval_batches(feats.arrays, batch_size, rows):
     batch = {k: batch[k] for k in INPUTS}
     if batch_sharding is not None:
       batch = sharding.global_batch(batch, batch_sharding)

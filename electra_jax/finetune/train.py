@@ -297,8 +297,8 @@ def _train_one(run: Finetuning, state: TrainState, feats: features_lib.Features,
                        sharding.replicated(run.mesh))
   start = int(state.step)
   log_every = log_interval(c.log_every, run.total_steps)
-  batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed, jax.process_index(),
-                                       jax.process_count(), start=start)
+  batches = features_lib.train_batches(feats.arrays, c.batch_size, run.total_steps, seed,
+                                       sharding.local_rows(run.batch_sharding, c.batch_size), start=start)
   end = run.total_steps if stop_after is None else min(run.total_steps, start + stop_after)
   progress = scaffold.progress_bar(run.total_steps, start, tag)
   accumulate = jax.jit(metrics_lib.accumulate)

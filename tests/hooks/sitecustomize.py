@@ -15,6 +15,9 @@ one of these is set:
   started, before any step) until DIR/release exists; DIR/data.<process index> says it holds.
 - ELECTRA_JAX_TEST_DEAF_WATCH=PROCESS keeps process PROCESS's watcher (hosts.Watch) from ever reading its key, as
   if the line of another process that stopped reached it only after this process's own collective failed.
+- ELECTRA_JAX_TEST_INTERLEAVE_DEVICES=1 lays every mesh's devices out round-robin over the processes (process 0's
+  first device, process 1's first, ..., process 0's second, ...), as jax lays out a TPU slice's in its physical
+  order, where the hosts' devices interleave.
 
 The first two act through orbax's JSON item handler, whose commit futures every process's background commit waits
 for before the processes agree the step is complete.
@@ -178,3 +181,24 @@ def _install_deaf_watch():
 
 if _DEAF:
   _install_deaf_watch()
+
+
+def _install_interleaved_devices():
+  import jax  # noqa: PLC0415
+
+  real = jax.make_mesh
+
+  def make_mesh(*args, devices=None, **kwargs):
+    if devices is not None:  # in (n-th of its process, process) order
+      rank, taken = [], {}
+      for device in devices:
+        rank.append((taken.get(device.process_index, 0), device.process_index))
+        taken[device.process_index] = rank[-1][0] + 1
+      devices = [device for _, device in sorted(zip(rank, devices), key=lambda pair: pair[0])]
+    return real(*args, devices=devices, **kwargs)
+
+  jax.make_mesh = make_mesh
+
+
+if os.environ.get('ELECTRA_JAX_TEST_INTERLEAVE_DEVICES') == '1':
+  _install_interleaved_devices()
