@@ -12,7 +12,10 @@ own, the same command resumes it from that.
 
 import dataclasses
 import os
+import sys
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -86,8 +89,18 @@ def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
     if step is None:
       raise checkpoint.CheckpointError(f'{checkpointer.directory} holds no checkpoint to start from')
     abstract = run.abstract_state()
+    params, missing = _filled(checkpointer.restore_params(step, abstract.params), fresh.params)
+    if missing and init_optimizer:
+      raise ConfigError(f'init_optimizer takes the Adam moments of every parameter, but init_checkpoint '
+                        f'{init_checkpoint} has no {", ".join(missing)} (trained with another objective); continue '
+                        'without init_optimizer')
+    if missing:
+      if jax.process_index() == 0:
+        print(f'init_checkpoint has no {", ".join(missing)} (trained with another objective): initialised afresh',
+              file=sys.stderr)
+      return fresh.replace(params=params)
     if not init_optimizer:
-      return fresh.replace(params=checkpointer.restore_params(step, abstract.params))
+      return fresh.replace(params=params)
     try:
       restored, _ = checkpointer.restore(step, abstract)
     except checkpoint.CheckpointError as e:
@@ -97,6 +110,21 @@ def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
   finally:
     checkpointer.close()
   return fresh.replace(params=restored.params, opt_state=_restart_schedule(restored.opt_state))
+
+
+def _filled(restored, fresh) -> tuple[Any, list[str]]:
+  """`restored` parameters with those the checkpoint lacked (orbax's partial restore leaves their abstract values:
+  an MLM run has no generator) taken from `fresh`, and the modules those were ('generator', the whole of it, or
+  'discriminator/discriminator_predictions')."""
+  lacking = lambda value: isinstance(value, jax.ShapeDtypeStruct)
+  filled = jax.tree.map(lambda value, initial: initial if lacking(value) else value, restored, fresh)
+  missing = []
+  for name, module in restored.items():
+    if all(map(lacking, jax.tree.leaves(module))):
+      missing.append(name)
+    elif isinstance(module, dict):
+      missing += [f'{name}/{part}' for part, sub in module.items() if any(map(lacking, jax.tree.leaves(sub)))]
+  return filled, missing
 
 
 def _restart_schedule(opt_state):

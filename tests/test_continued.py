@@ -275,3 +275,34 @@ def test_init_optimizer_takes_the_moments_and_restarts_the_schedule(tmp_path):
   without = continued.initial_state(str(tmp_path / 'source'), False, run, fresh)
   jax.tree.map(np.testing.assert_array_equal, without.params, source.params)
   jax.tree.map(np.testing.assert_array_equal, without.opt_state, fresh.opt_state)
+
+
+def test_a_source_of_another_objective_gives_what_it_has(tmp_path, capsys):
+  """An MLM run continued as ELECTRA: its encoder and embeddings come from the source, the generator and the
+  replaced-token head (which it never had) from the fresh initialisation, with one line saying so (orbax's partial
+  restore left them abstract, and the first step died on a ShapeDtypeStruct). With init_optimizer: refused."""
+  def made(name, seed):
+    values = _continue_config('', '', '', **{'objective.name': name})
+    values.model.update(TF_MODEL)
+    config = config_lib.load(values)
+    run = Pretraining(config, SPECIAL, sharding.make_mesh(config.mesh))
+    return run, run.init_state(jax.random.PRNGKey(seed))
+  mlm_run, source = made('mlm', 1)
+  saver = checkpoint.Checkpointer(str(tmp_path / 'mlm'))
+  saver.save(5, source, {})
+  saver.close()
+  run, fresh = made('electra', 2)
+  state = continued.initial_state(str(tmp_path / 'mlm'), False, run, fresh)
+  assert capsys.readouterr().err == ('init_checkpoint has no discriminator/discriminator_predictions, generator '
+                                     '(trained with another objective): initialised afresh\n')
+  ours, theirs, initial = (traverse_util.flatten_dict(p) for p in (state.params, source.params, fresh.params))
+  assert all(isinstance(v, jax.Array) for v in ours.values())
+  for path, value in ours.items():
+    expected = theirs[path] if path in theirs else initial[path]
+    np.testing.assert_array_equal(value, expected, err_msg=str(path))
+  assert any(p[0] == 'generator' for p in ours) and not any(p[0] == 'generator' for p in theirs)
+  del mlm_run
+  with pytest.raises(config_lib.ConfigError, match=r'^init_optimizer takes the Adam moments of every parameter, but '
+                     r'init_checkpoint \S+ has no discriminator/discriminator_predictions, generator \(trained with '
+                     r'another objective\); continue without init_optimizer$'):
+    continued.initial_state(str(tmp_path / 'mlm'), True, run, fresh)
