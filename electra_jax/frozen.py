@@ -26,6 +26,7 @@ The objective 'electra_frozen' (`electra_jax.objective.OBJECTIVES`) points here 
 below it and never looks an objective up by name: the generator run's objective comes with it (`Source`).
 """
 
+import dataclasses
 import sys
 from typing import Any, NamedTuple
 
@@ -39,6 +40,8 @@ from electra_jax.errors import CheckpointError, ConfigError
 from electra_jax.model import Electra
 
 PARAMS = 'frozen_generator'  # the subtree of the run's params that holds the generator
+# Model keys the generator takes from this run: how it computes, not what its parameters are (dropout is off).
+PLATFORM_KEYS = ('dtype', 'remat', 'attention', 'fused_qkv')
 
 
 class FrozenGeneratorElectra(Electra):
@@ -91,12 +94,18 @@ def check_source(c: TrainConfig, source: Source) -> Source:
   if source.config.model.vocab_size != c.model.vocab_size:
     raise ConfigError(f'objective.generator_checkpoint {path} has {source.config.model.vocab_size} tokens, this run '
                       f'{c.model.vocab_size}: set data.tokenizer={path} (its tokenizer)')
+  if c.data.max_seq_length > source.config.model.max_position_embeddings:
+    raise ConfigError(f'data.max_seq_length={c.data.max_seq_length} exceeds objective.generator_checkpoint {path}\'s '
+                      f'model.max_position_embeddings={source.config.model.max_position_embeddings}; lower '
+                      'data.max_seq_length')
   return source
 
 
 def model(c: TrainConfig, source: Source) -> FrozenGeneratorElectra:
-  """Run `c`'s model: its discriminator and the frozen generator of `source`."""
-  return FrozenGeneratorElectra(c.model, with_generator=False, generator_config=source.config.model,
+  """Run `c`'s model: its discriminator and the frozen generator of `source`, which runs with this run's settings
+  that change no parameter (its attention, dtype, ...: a generator trained on a GPU saved attention=cudnn)."""
+  generator = dataclasses.replace(source.config.model, **{k: getattr(c.model, k) for k in PLATFORM_KEYS})
+  return FrozenGeneratorElectra(c.model, with_generator=False, generator_config=generator,
                                 generator_kind=source.kind)
 
 

@@ -2,6 +2,7 @@
 from a checkpoint and never moves it, samples at the temperature schedule, counts its FLOPs (forward pass per step;
 its training cost apart), and resumes exactly."""
 
+import dataclasses
 import os
 
 import flax.linen as nn
@@ -10,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import (checkpoint, config_files, data, flops, frozen, objective, pretrained, sharding, train_step,
-                         trainer)
+from electra_jax import (checkpoint, config as config_lib, config_files, data, flops, frozen, objective, pretrained,
+                         sharding, train_step, trainer)
 from electra_jax.config import ConfigError, ModelConfig
 from electra_jax.model import Electra
 from helpers import read_metrics, tiny_pretraining_config  # pylint: disable=g-bad-import-order
@@ -124,7 +125,23 @@ def test_config_errors(corpus_file, cache_dir, mlm_run, tmp_path):
   config.data.vocab_size = 60
   with pytest.raises(ConfigError, match='tokens'):
     trainer.train(config, tmp_path)
+  # Sequences longer than the generator has positions (it died in the initialiser on a broadcast).
+  config = frozen_config(corpus_file, cache_dir, mlm_run)
+  config.data.max_seq_length, config.model.max_position_embeddings = 128, 128
+  with pytest.raises(ConfigError, match=r"^data.max_seq_length=128 exceeds objective.generator_checkpoint \S+'s "
+                     r'model.max_position_embeddings=64; lower data.max_seq_length$'):
+    trainer.train(config, tmp_path)
   assert not os.path.exists(tmp_path / 'config.json')
+
+
+def test_the_generator_computes_as_this_run_does(corpus_file, cache_dir, mlm_run):
+  """A generator trained on a GPU saved attention=cudnn (resolved there): sampling from it on a CPU takes this
+  run's attention and dtype (it stopped on 'cuDNN is not detected'), its sizes its own."""
+  c = config_lib.load(frozen_config(corpus_file, cache_dir, mlm_run), vocab_size=64)
+  source = frozen.Source(dataclasses.replace(
+      c, model=dataclasses.replace(c.model, attention='cudnn', dtype='bfloat16', num_layers=3)), None)
+  generator = frozen.model(c, source._replace(objective=objective.get('mlm'))).generator_config
+  assert (generator.attention, generator.dtype, generator.num_layers) == (c.model.attention, c.model.dtype, 3)
 
 
 def test_an_electra_runs_generator_samples_as_it_did():
