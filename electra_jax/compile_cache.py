@@ -7,6 +7,7 @@ The cache lives in DATA_CACHE/jax (DATA_CACHE: `data.cache_dir`, else $ELECTRA_J
 (JAX_COMPILATION_CACHE_DIR) is kept.
 """
 
+import contextlib
 import os
 
 import jax
@@ -31,4 +32,32 @@ def enable(data_cache_dir: str = '') -> str | None:
     jax.config.update('jax_compilation_cache_dir', directory)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_SECONDS)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  _drop_unreadable_entries()
   return directory
+
+
+def _drop_unreadable_entries():
+  """Makes a cache entry jax cannot decompress (its write cut short: a full disk, a kill) a miss, and removes it.
+  jax only warns that it cannot read it and compiles again, but never writes it anew (it adds no entry under a key
+  it has), so every later run compiled again. (jax's cache class is private: without it, nothing changes.)"""
+  try:
+    from jax._src import compilation_cache, lru_cache  # noqa: PLC0415
+    get, suffix = lru_cache.LRUCache.get, lru_cache._CACHE_SUFFIX  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return
+  if getattr(get, 'drops_unreadable', False):
+    return
+
+  def checked_get(self, key):
+    value = get(self, key)
+    if value is None:
+      return None
+    try:
+      compilation_cache.decompress_executable(value)
+    except Exception:  # pylint: disable=broad-except  # zlib.error, zstd's own errors
+      with contextlib.suppress(OSError):
+        (self.path / f'{key}{suffix}').unlink()
+      return None
+    return value
+  checked_get.drops_unreadable = True
+  lru_cache.LRUCache.get = checked_get

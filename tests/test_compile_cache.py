@@ -34,3 +34,19 @@ def test_off_on_request_and_a_given_directory_kept(tmp_path, monkeypatch, no_cac
   monkeypatch.setenv('ELECTRA_JAX_COMPILATION_CACHE', '1')
   jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'mine'))  # as JAX_COMPILATION_CACHE_DIR sets it
   assert compile_cache.enable(str(tmp_path)) == str(tmp_path / 'mine')
+
+
+def test_an_entry_cut_short_is_a_miss_and_written_again(tmp_path, monkeypatch, no_cache_configured):
+  """An entry whose write a full disk cut short: jax warned at each read and compiled again, but never replaced it
+  (it skips a key it has), so no later run started warm. It is now a miss, removed, and the next write succeeds."""
+  del no_cache_configured
+  from jax._src import compilation_cache, lru_cache  # noqa: PLC0415  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv('ELECTRA_JAX_COMPILATION_CACHE', raising=False)
+  monkeypatch.setattr(lru_cache.LRUCache, 'get', lru_cache.LRUCache.get)  # undone after the test
+  compile_cache.enable(str(tmp_path))
+  cache = lru_cache.LRUCache(str(tmp_path / 'jax'), max_size=-1)
+  entry = compilation_cache.compress_executable(b'a compiled program' * 1000)
+  cache.put('step', entry[:len(entry) // 2])  # as the disk filled up
+  assert cache.get('step') is None and not (tmp_path / 'jax' / 'step-cache').exists()
+  cache.put('step', entry)
+  assert cache.get('step') == entry
