@@ -120,11 +120,12 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
         profiler.after_step(step, state)
         evaluated = evaluator(step, state)  # its time paused out of the throughput's timer
         stopping = stop.should_stop()
-        if scaffold.itstime(step, c.log_every, end):
+        checkpointing = scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping
+        if scaffold.itstime(step, c.log_every, end) or checkpointing:  # a resume then loses no step's metrics
           log.write(step, evaluated)
         elif evaluated:
-          log.writer.write(step, evaluated)
-        if scaffold.itstime(step, c.checkpoint_every, end, c.save_steps) or stopping:
+          log.write_evaluation(step, evaluated)
+        if checkpointing:
           log.check_finite()
           with log.timer.paused():  # as evaluation: out of the next window's tokens/s
             checkpointer.save(step, run.tree_layout(state), batches.get_state())
@@ -344,6 +345,10 @@ class _Log:
                                if k in last}, refresh=False)
     self.total, self.logged_step, self.last = None, step, last
     self.timer.restart()
+
+  def write_evaluation(self, step: int, evaluated: dict[str, float]):
+    """Writes held-out metrics `evaluated` of step `step`, between two writes of the training metrics."""
+    self.writer.write(step, {**evaluated, 'train_flops': step * self.step_flops})
 
   def close(self):
     self.progress.close()

@@ -132,6 +132,25 @@ def test_sigterm_checkpoints_and_resumes(tmp_path, corpus_file, cache_dir, one_g
   assert_same_run(config, one_go, tmp_path)
 
 
+def test_a_stop_between_log_steps_writes_the_steps_since_the_last(tmp_path, corpus_file, cache_dir):
+  """log_every=4, stopped after step 3, resumed: the metrics of steps 1-3 are written at the stop (they were lost,
+  and the summary showed an older step's), step 4's window holds step 4 alone, step 8's steps 5-8: each the mean of
+  the uninterrupted run's steps. Held-out rows between log steps carry train_flops (plots against FLOPs use it)."""
+  settings = {**DROPOUT, 'data.eval_fraction': 0.2, 'eval_every': 2}
+  trainer.train(tiny_config(corpus_file, cache_dir, **settings), tmp_path / 'each')  # log_every=1
+  config = tiny_config(corpus_file, cache_dir, log_every=4, **settings)
+  with sigterm_at_step(3):
+    trainer.train(config, tmp_path / 'run')
+  trainer.train(config, tmp_path / 'run')
+  each = {m['step']: m['loss'] for m in read_metrics(tmp_path / 'each')}
+  lines = {m['step']: m for m in read_metrics(tmp_path / 'run')}
+  assert sorted(lines) == [2, 3, 4, 6, 8]
+  for step, window in ((3, (1, 2, 3)), (4, (4,)), (8, (5, 6, 7, 8))):
+    np.testing.assert_allclose(lines[step]['loss'], np.mean([each[s] for s in window]), rtol=1e-5)
+  assert 'loss' not in lines[6] and lines[6]['train_flops'] == 6 * lines[8]['train_flops'] / 8
+  assert 'eval_loss' in lines[2] and lines[2]['train_flops'] == lines[8]['train_flops'] / 4
+
+
 def test_resume_keeps_the_runs_own_tokenizer(tmp_path, corpus_file):
   """A run resumed where the tokenizer cache does not hold its tokenizer (another machine, a cleared cache) must keep
   training with the tokenizer saved in its workdir rather than train (and save over it) a new one: sentencepiece
