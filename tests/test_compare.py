@@ -333,11 +333,14 @@ def test_gpu_preset_tiny_end_to_end_interrupted_and_resumed(tmp_path, grammar_co
 
 def test_pretraining_summary_by_hand(tmp_path):
   # Logged rows and held-out evaluations as the trainer writes them: the median speed, the first evaluation at
-  # eval_disc_recall >= 0.02, the last evaluation's numbers. A last line cut short by a crash is not a row.
+  # eval_disc_recall >= 0.02 with a precision twice the share replaced (step 15: a fresh discriminator flagging at
+  # chance, 0.16 where 0.13 are replaced), the last evaluation's numbers. A last line cut short is not a row.
   rows = [{'step': 10, 'tokens_per_second': 300.0}, {'step': 20, 'tokens_per_second': 100.0},
+          {'step': 15, 'eval_disc_recall': 0.21, 'eval_disc_precision': 0.16, 'eval_replaced_fraction': 0.13},
           {'step': 20, 'eval_disc_recall': 0.0, 'eval_disc_auc': 0.8, 'eval_gen_accuracy': 0.1},
           {'step': 30, 'tokens_per_second': 200.0, 'eval_disc_recall': 0.019, 'eval_disc_auc': 0.85},
-          {'step': 40, 'eval_disc_recall': 0.02, 'eval_disc_auc': 0.9, 'eval_gen_accuracy': 0.3},
+          {'step': 40, 'eval_disc_recall': 0.02, 'eval_disc_precision': 0.26, 'eval_replaced_fraction': 0.13,
+           'eval_disc_auc': 0.9, 'eval_gen_accuracy': 0.3},
           {'step': 50, 'eval_disc_recall': 0.5, 'eval_disc_auc': 0.95, 'eval_gen_accuracy': 0.4, 'eval_loss': 9.0}]
   (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(row) + '\n' for row in rows) + '{"step": 60, "tokens_p')
   summary = compare.pretraining_summary(str(tmp_path))

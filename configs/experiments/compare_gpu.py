@@ -17,7 +17,8 @@ model), 3 seeds each, on the GPU.
 
 Held-out evaluation: 1% of the corpus's documents stay out of training (`data.eval_fraction`); every 500 steps
 the discriminator (and generator, or the MLM) is evaluated on 8 fixed batches of them. The table then says when
-each discriminator left its prior (the first evaluation with eval_disc_recall >= 0.02: see compare.py).
+each discriminator left its prior (the first evaluation with eval_disc_recall >= 0.02, flagging better than chance:
+see compare.py).
 Checkpoints are written at the budgets' steps only (and when a stop signal ends a run: rerunning the same command
 resumes there), so a budget costs one checkpoint. One tokenizer and one packed corpus serve every run (cached in
 `data.cache_dir`), and JAX's compile cache (in it too) shares the programs of the 27 fine-tunings (3

@@ -364,17 +364,20 @@ def run(config, workdir: str) -> dict:
 
 
 # A discriminator has left its prior at the first held-out evaluation where it flags (P(replaced) > 0.5) at least
-# this share of the replaced tokens: at its prior it calls every token original (recall 0). Not a threshold on
+# LEFT_PRIOR_RECALL of the replaced tokens, with a precision at least LEFT_PRIOR_LIFT times the share of replaced
+# tokens: at its prior it calls every token original (recall 0), and a fresh one, its logits near 0, flags tokens at
+# chance (a tiny run's first evaluation: recall 0.21, precision 0.16 where 0.13 were replaced). Not a threshold on
 # eval_disc_auc: a discriminator ranks replaced tokens above original ones by their identity long before it flags
 # any (the tiny config's run: AUC 0.81 at recall 0.000, BENCHMARKS.md "Held-out evaluation").
 LEFT_PRIOR_RECALL = 0.02
+LEFT_PRIOR_LIFT = 2.0
 LAST_EVAL = ('eval_disc_recall', 'eval_disc_auc', 'eval_gen_accuracy', 'eval_mlm_accuracy')
 
 
 def pretraining_summary(workdir: str) -> dict:
   """From a pre-training workdir's metrics.jsonl: the median logged tokens_per_second; with held-out evaluations,
   the last one's step and LAST_EVAL metrics and, for a run with a discriminator, `left_prior_step` (the first
-  evaluation's step with eval_disc_recall >= LEFT_PRIOR_RECALL; None: not by the last)."""
+  evaluation's step that `_left_prior`; None: not by the last)."""
   path = fileio.path(workdir) / metrics_lib.FILE
   if not path.is_file():
     return {}
@@ -385,9 +388,15 @@ def pretraining_summary(workdir: str) -> dict:
   if evaluations:
     summary['last_eval'] = {key: value for key, value in evaluations[-1].items() if key in ('step',) + LAST_EVAL}
     if 'eval_disc_recall' in evaluations[-1]:
-      summary['left_prior_step'] = next((row['step'] for row in evaluations
-                                         if row['eval_disc_recall'] >= LEFT_PRIOR_RECALL), None)
+      summary['left_prior_step'] = next((row['step'] for row in evaluations if _left_prior(row)), None)
   return summary
+
+
+def _left_prior(evaluation: dict) -> bool:
+  """Whether a held-out evaluation's discriminator flags replaced tokens, better than chance (see LEFT_PRIOR_RECALL;
+  an evaluation written before eval_replaced_fraction existed: by its recall alone)."""
+  better = evaluation.get('eval_disc_precision', 1.0) >= LEFT_PRIOR_LIFT * evaluation.get('eval_replaced_fraction', 0.0)
+  return evaluation['eval_disc_recall'] >= LEFT_PRIOR_RECALL and better
 
 
 def write_results(results: dict, workdir: str):
@@ -448,7 +457,8 @@ def _pretraining_table(results: dict) -> list[str]:
   if not rows:
     return []
   return ['', '### Pre-training: tokens/s (median of the logged steps) and held-out evaluation; a discriminator left '
-              f'its prior at the first evaluation with eval_disc_recall >= {LEFT_PRIOR_RECALL}', '',
+              f'its prior at the first evaluation with eval_disc_recall >= {LEFT_PRIOR_RECALL} and eval_disc_precision '
+              f'>= {LEFT_PRIOR_LIFT:g} x eval_replaced_fraction', '',
           '| run | tokens/s | left its prior at | last evaluation (step) | eval_disc_recall | eval_disc_auc | '
           'eval MLM accuracy |', '|---|---:|---|---:|---:|---:|---:|'] + rows
 
