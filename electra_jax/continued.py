@@ -11,6 +11,7 @@ own, the same command resumes it from that.
 """
 
 import dataclasses
+import json
 import os
 import sys
 from typing import Any
@@ -32,41 +33,54 @@ FREE_MODEL_KEYS = ('dtype', 'remat', 'dropout_rate', 'attention_dropout_rate', '
 OPTIMIZER_STATE_KEYS = ('bias_correction',)
 
 
-def check_overrides(config, overrides: dict):
+def check_overrides(config, overrides: dict, workdir: str | None = None):
   """Refuses command-line overrides (`--config.KEY=VALUE`, as ml_collections reports them) that contradict
-  init_checkpoint: its model's sizes and its tokenizer. Nothing else is read or written."""
+  init_checkpoint: its model's sizes and its tokenizer (`_source`'s, for the run in `workdir`). Nothing else is
+  read or written."""
   if not config.get('init_checkpoint'):
     if config.get('init_optimizer'):
       raise ConfigError('config key init_optimizer needs init_checkpoint (a pre-training WORKDIR or an import)')
     return
-  source = config_files.load_config(config.init_checkpoint)
+  model, _ = _source(config, workdir)
   for key, value in sorted(overrides.items()):
     section, _, name = key.partition('.')
-    if section == 'model' and name not in FREE_MODEL_KEYS and value != getattr(source.model, name, value):
+    if section == 'model' and name not in FREE_MODEL_KEYS and value != model.get(name, value):
       raise ConfigError(f'--config.{key}={value} conflicts with init_checkpoint {config.init_checkpoint}, whose model '
-                        f'has {key}={getattr(source.model, name)}: a continued run takes the model from its '
-                        'checkpoint; drop the override')
+                        f'has {key}={model[name]}: a continued run takes the model from its checkpoint; drop the '
+                        'override')
     if key == 'data.tokenizer' and value:
       raise ConfigError(f'--config.data.tokenizer conflicts with init_checkpoint {config.init_checkpoint}: its '
                         'embeddings are indexed by its own tokenizer, which a continued run always uses; drop it')
 
 
-def adopt(config) -> ml_collections.ConfigDict:
-  """`config` with init_checkpoint's model section (but `FREE_MODEL_KEYS`) and its tokenizer; `config` itself if
-  it has no init_checkpoint. init_checkpoint and data.tokenizer (the same directory) are absolute, spelled alike
-  however the command line spelled it (relative, a trailing slash): a resume compares data.tokenizer with the one
-  config.json saved."""
-  if not config.get('init_checkpoint'):
-    return config
+def _source(config, workdir=None) -> tuple[dict, dict]:
+  """(model section, data.tokenizer/lowercase/vocab_size) that the continued run `config` in `workdir` takes: from
+  the run's own config.json once it has checkpoints (its source may have moved since, or be gone), else from
+  init_checkpoint's config.json and tokenizer (the tokenizer then being init_checkpoint, absolute)."""
+  if workdir and checkpoint.started(workdir) and (path := fileio.path(workdir) / 'config.json').exists():
+    saved = json.loads(path.read_text())
+    if saved.get('init_checkpoint'):
+      return dict(saved['model']), {k: saved['data'][k] for k in ('tokenizer', 'lowercase', 'vocab_size')}
   source_dir = os.fspath(fileio.path(config.init_checkpoint))
   source = config_files.load_config(source_dir)
   tokenizer = tokenizer_lib.load(source_dir)  # raises DataError in one line if it has none
+  return dataclasses.asdict(source.model), {'tokenizer': source_dir, 'lowercase': tokenizer.lowercase,
+                                            'vocab_size': tokenizer.vocab_size}
+
+
+def adopt(config, workdir=None) -> ml_collections.ConfigDict:
+  """`config` with init_checkpoint's model section (but `FREE_MODEL_KEYS`) and its tokenizer (`_source`'s, for the
+  run in `workdir`); `config` itself if it has no init_checkpoint. init_checkpoint and data.tokenizer (the same
+  directory) are absolute, spelled alike however the command line spelled it (relative, a trailing slash): a
+  resume compares data.tokenizer with the one config.json saved."""
+  if not config.get('init_checkpoint'):
+    return config
+  model, tokenizer = _source(config, workdir)
   values = config.to_dict()
-  values['init_checkpoint'] = source_dir
-  model = dataclasses.asdict(source.model)
+  values['init_checkpoint'] = os.fspath(fileio.path(config.init_checkpoint))
   model.update({k: values['model'][k] for k in FREE_MODEL_KEYS if k in values['model']})
   values['model'] = model
-  values['data'].update(tokenizer=source_dir, lowercase=tokenizer.lowercase, vocab_size=tokenizer.vocab_size)
+  values['data'].update(tokenizer)
   if values['data']['max_seq_length'] > model['max_position_embeddings']:
     raise ConfigError(f'data.max_seq_length={values["data"]["max_seq_length"]} exceeds init_checkpoint\'s '
                       f'model.max_position_embeddings={model["max_position_embeddings"]}; lower data.max_seq_length')
@@ -89,24 +103,20 @@ def initial_state(init_checkpoint: str, init_optimizer: bool, run, fresh):
     if step is None:
       raise checkpoint.CheckpointError(f'{checkpointer.directory} holds no checkpoint to start from')
     abstract = run.abstract_state()
-    params, missing = _filled(checkpointer.restore_params(step, abstract.params), fresh.params)
-    if missing and init_optimizer:
-      raise ConfigError(f'init_optimizer takes the Adam moments of every parameter, but init_checkpoint '
-                        f'{init_checkpoint} has no {", ".join(missing)} (trained with another objective); continue '
-                        'without init_optimizer')
-    if missing:
-      if jax.process_index() == 0:
+    if not init_optimizer:
+      params, missing = _filled(checkpointer.restore_params(step, abstract.params), fresh.params)
+      if missing and jax.process_index() == 0:
         print(f'init_checkpoint has no {", ".join(missing)} (trained with another objective): initialised afresh',
               file=sys.stderr)
-      return fresh.replace(params=params)
-    if not init_optimizer:
       return fresh.replace(params=params)
     try:
       restored, _ = checkpointer.restore(step, abstract)
     except checkpoint.CheckpointError as e:
       keys = ', '.join(f'optimizer.{k}' for k in OPTIMIZER_STATE_KEYS)
-      raise checkpoint.CheckpointError(f'{e}; with init_optimizer the optimizer settings that shape its state '
-                                       f'({keys}) must be those it was written with') from None
+      raise checkpoint.CheckpointError(f'{e}; with init_optimizer it must hold every parameter this run trains '
+                                       '(a run of another objective may not: continue without init_optimizer) and '
+                                       f'the optimizer settings that shape its state ({keys}) must be those it was '
+                                       'written with') from None
   finally:
     checkpointer.close()
   return fresh.replace(params=restored.params, opt_state=_restart_schedule(restored.opt_state))

@@ -44,7 +44,8 @@ def main(argv):
     return
   mode = cli.run(cli.mode_for, _CONFIG.value, _MODE.value, config_flags.get_config_filename(flags.FLAGS['config']))
   if mode == 'pretrain':  # the model of an init_checkpoint is its own: refuse overrides that contradict it
-    cli.run(continued.check_overrides, _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']))
+    cli.run(continued.check_overrides, _CONFIG.value, config_flags.get_override_values(flags.FLAGS['config']),
+            _WORKDIR.value)
   cli.run(sharding.initialize_distributed)
   compile_cache.enable(_CONFIG.value.get('data', {}).get('cache_dir', ''))
   cli.run(RUNS[mode], _CONFIG.value, _WORKDIR.value)

@@ -35,10 +35,7 @@ WATCHED = ('loss', 'gen_loss', 'disc_loss', 'grad_norm')
 def _check_resume_config(workdir, config_dict: dict) -> dict:
   """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with, or
   another value of a key in KEPT_ON_RESUME; returns its config.json ({} if none)."""
-  path = workdir / 'config.json'
-  if not path.exists():
-    return {}
-  saved = json.loads(path.read_text())
+  saved = _read_config(workdir)
   for key in KEPT_ON_RESUME:
     section, _, name = key.rpartition('.')
     old, new = (saved.get(section) or {}, config_dict[section]) if section else (saved, config_dict)
@@ -60,6 +57,12 @@ def _check_resume_config(workdir, config_dict: dict) -> dict:
   return saved
 
 
+def _read_config(workdir) -> dict:
+  """The config.json of the run in `workdir` ({} if none)."""
+  path = workdir / 'config.json'
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:
   """The tokenizer of the run in `workdir`. A resumed run keeps the one saved in its workdir: its embeddings were
   trained on those ids, and where the tokenizer cache does not hold it (another machine, a cleared cache) one
@@ -70,7 +73,11 @@ def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenize
     saved = tokenizer_lib.load(workdir, data_config.lowercase)
   except data.DataError:  # stopped before it saved one: nothing trained with another
     return data.load_tokenizer(data_config)
-  if data_config.tokenizer and data.load_tokenizer(data_config).fingerprint != saved.fingerprint:
+  # data.tokenizer as config.json recorded it is what the run trained with (it may have moved since: a continued
+  # run's source); another one must be the saved one.
+  recorded = (_read_config(workdir).get('data') or {}).get('tokenizer')
+  if (data_config.tokenizer and not (recorded and fileio.resolved(recorded) == fileio.resolved(data_config.tokenizer))
+      and data.load_tokenizer(data_config).fingerprint != saved.fingerprint):
     raise config_lib.ConfigError(
         f'{workdir} was trained with the tokenizer saved in it, not data.tokenizer={data_config.tokenizer}; '
         'resume without data.tokenizer (the saved one is used), or start a new --workdir')
@@ -162,7 +169,7 @@ def _prepare(config, workdir):
   """(TrainConfig, Pretraining, tokenizer, workdir as a path, the config to save) of the run `config` in `workdir`,
   with everything the command line says checked but the data (`_batches`) and nothing written yet."""
   continued.check_workdir(config, workdir)
-  config = continued.adopt(config)  # with init_checkpoint: its model and tokenizer
+  config = continued.adopt(config, workdir)  # with init_checkpoint: its model and tokenizer
   config_dict = config.to_dict()
   workdir = fileio.path(workdir)
   fileio.check_writable_directory(workdir, '--workdir')

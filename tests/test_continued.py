@@ -280,7 +280,8 @@ def test_init_optimizer_takes_the_moments_and_restarts_the_schedule(tmp_path):
 def test_a_source_of_another_objective_gives_what_it_has(tmp_path, capsys):
   """An MLM run continued as ELECTRA: its encoder and embeddings come from the source, the generator and the
   replaced-token head (which it never had) from the fresh initialisation, with one line saying so (orbax's partial
-  restore left them abstract, and the first step died on a ShapeDtypeStruct). With init_optimizer: refused."""
+  restore left them abstract, and the first step died on a ShapeDtypeStruct). With init_optimizer: refused, naming
+  the objective as a cause (it named only optimizer.bias_correction)."""
   def made(name, seed):
     values = _continue_config('', '', '', **{'objective.name': name})
     values.model.update(TF_MODEL)
@@ -302,7 +303,25 @@ def test_a_source_of_another_objective_gives_what_it_has(tmp_path, capsys):
     np.testing.assert_array_equal(value, expected, err_msg=str(path))
   assert any(p[0] == 'generator' for p in ours) and not any(p[0] == 'generator' for p in theirs)
   del mlm_run
-  with pytest.raises(config_lib.ConfigError, match=r'^init_optimizer takes the Adam moments of every parameter, but '
-                     r'init_checkpoint \S+ has no discriminator/discriminator_predictions, generator \(trained with '
-                     r'another objective\); continue without init_optimizer$'):
+  with pytest.raises(checkpoint.CheckpointError, match=r'with init_optimizer it must hold every parameter this run '
+                     r'trains \(a run of another objective may not: continue without init_optimizer\)'):
     continued.initial_state(str(tmp_path / 'mlm'), True, run, fresh)
+
+
+def test_a_continued_run_resumes_after_its_source_moved(tmp_path, cache_dir):
+  """Once the continued run has a checkpoint of its own, the same command resumes it from that, with the model and
+  tokenizer its config.json recorded: its source may have been moved or removed (it stopped with 'IMPORT has no
+  config.json'), as an import may be."""
+  helpers.write_tokenizer_files(tmp_path)
+  source = str(tmp_path / 'import')
+  convert.write_workdir(source, dict(TF_MODEL), helpers.random_params(ModelConfig(**TF_MODEL)),
+                        vocab_file=str(tmp_path / 'vocab.txt'))
+  corpus = make_corpus(tmp_path / 'new.txt', documents=30, seed=7)
+  config, workdir = _continue_config(source, corpus, cache_dir), str(tmp_path / 'continued')
+  trainer.train(config, workdir, stop_after=2)
+  os.rename(source, tmp_path / 'moved')
+  continued.check_overrides(config, {'model.hidden_size': 64}, workdir)  # the recorded model's
+  trainer.train(config, workdir)
+  assert [json.loads(line)['step'] for line in open(os.path.join(workdir, 'metrics.jsonl'))] == [1, 2, 3]
+  with pytest.raises(config_lib.ConfigError, match='model.hidden_size=64: a continued run'):
+    continued.check_overrides(config, {'model.hidden_size': 128}, workdir)
