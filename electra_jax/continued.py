@@ -11,7 +11,6 @@ own, the same command resumes it from that.
 """
 
 import dataclasses
-import json
 import os
 import sys
 from typing import Any
@@ -57,10 +56,11 @@ def _source(config, workdir=None) -> tuple[dict, dict]:
   """(model section, data.tokenizer/lowercase/vocab_size) that the continued run `config` in `workdir` takes: from
   the run's own config.json once it has checkpoints (its source may have moved since, or be gone), else from
   init_checkpoint's config.json and tokenizer (the tokenizer then being init_checkpoint, absolute)."""
-  if workdir and checkpoint.started(workdir) and (path := fileio.path(workdir) / 'config.json').exists():
-    saved = json.loads(path.read_text())
-    if saved.get('init_checkpoint'):
-      return dict(saved['model']), {k: saved['data'][k] for k in ('tokenizer', 'lowercase', 'vocab_size')}
+  if workdir and checkpoint.started(workdir) and (fileio.path(workdir) / 'config.json').exists():
+    saved = config_files.load_config(workdir)
+    if saved.init_checkpoint:
+      return dataclasses.asdict(saved.model), {k: getattr(saved.data, k) for k in ('tokenizer', 'lowercase',
+                                                                                    'vocab_size')}
   source_dir = os.fspath(fileio.path(config.init_checkpoint))
   source = config_files.load_config(source_dir)
   tokenizer = tokenizer_lib.load(source_dir)  # raises DataError in one line if it has none

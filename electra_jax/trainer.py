@@ -36,6 +36,8 @@ def _check_resume_config(workdir, config_dict: dict) -> dict:
   """Refuses to resume the checkpoints of `workdir` with other model or data settings than they were made with, or
   another value of a key in KEPT_ON_RESUME; returns its config.json ({} if none)."""
   saved = _read_config(workdir)
+  if not saved:
+    return {}
   for key in KEPT_ON_RESUME:
     section, _, name = key.rpartition('.')
     old, new = (saved.get(section) or {}, config_dict[section]) if section else (saved, config_dict)
