@@ -40,13 +40,16 @@ def check_overrides(config, overrides: dict, workdir: str | None = None):
     if config.get('init_optimizer'):
       raise ConfigError('config key init_optimizer needs init_checkpoint (a pre-training WORKDIR or an import)')
     return
-  model, _ = _source(config, workdir)
+  model, tokenizer = _source(config, workdir)
   for key, value in sorted(overrides.items()):
     section, _, name = key.partition('.')
     if section == 'model' and name not in FREE_MODEL_KEYS and value != model.get(name, value):
       raise ConfigError(f'--config.{key}={value} conflicts with init_checkpoint {config.init_checkpoint}, whose model '
                         f'has {key}={model[name]}: a continued run takes the model from its checkpoint; drop the '
                         'override')
+    if key in ('data.vocab_size', 'data.lowercase') and value != tokenizer[name]:  # were ignored in silence
+      raise ConfigError(f'--config.{key}={value} conflicts with init_checkpoint {config.init_checkpoint}, whose '
+                        f'tokenizer has {key}={tokenizer[name]}: a continued run uses its tokenizer; drop the override')
     if key == 'data.tokenizer' and value:
       raise ConfigError(f'--config.data.tokenizer conflicts with init_checkpoint {config.init_checkpoint}: its '
                         'embeddings are indexed by its own tokenizer, which a continued run always uses; drop it')

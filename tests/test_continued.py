@@ -218,6 +218,12 @@ def test_conflicting_model_override_and_own_workdir_are_refused(tmp_path):
     continued.check_overrides(config, {'model.hidden_size': 128})
   with pytest.raises(config_lib.ConfigError, match='data.tokenizer conflicts'):
     continued.check_overrides(config, {'data.tokenizer': 'other.model'})
+  continued.check_overrides(config, {'data.vocab_size': len(VOCAB), 'data.lowercase': True})  # the tokenizer's own
+  with pytest.raises(config_lib.ConfigError, match=r'--config.data.lowercase=False conflicts with init_checkpoint '
+                     r'\S+, whose tokenizer has data.lowercase=True: a continued run uses its tokenizer'):
+    continued.check_overrides(config, {'data.lowercase': False})
+  with pytest.raises(config_lib.ConfigError, match='data.vocab_size=8000 conflicts'):
+    continued.check_overrides(config, {'data.vocab_size': 8000})
   with pytest.raises(config_lib.ConfigError, match='give a new --workdir'):
     trainer.train(config, str(tmp_path / 'import'))
   with pytest.raises(config_lib.ConfigError, match='init_optimizer needs init_checkpoint'):
