@@ -33,15 +33,13 @@ from typing import Any, NamedTuple
 import jax
 import optax
 
-from electra_jax import checkpoint, flops
+from electra_jax import checkpoint, continued, flops
 from electra_jax.config import ModelConfig, TrainConfig
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import CheckpointError, ConfigError
 from electra_jax.model import Electra
 
 PARAMS = 'frozen_generator'  # the subtree of the run's params that holds the generator
-# Model keys the generator takes from this run: how it computes, not what its parameters are (dropout is off).
-PLATFORM_KEYS = ('dtype', 'remat', 'attention', 'fused_qkv')
 
 
 class FrozenGeneratorElectra(Electra):
@@ -103,8 +101,9 @@ def check_source(c: TrainConfig, source: Source) -> Source:
 
 def model(c: TrainConfig, source: Source) -> FrozenGeneratorElectra:
   """Run `c`'s model: its discriminator and the frozen generator of `source`, which runs with this run's settings
-  that change no parameter (its attention, dtype, ...: a generator trained on a GPU saved attention=cudnn)."""
-  generator = dataclasses.replace(source.config.model, **{k: getattr(c.model, k) for k in PLATFORM_KEYS})
+  that change no parameter (`continued.FREE_MODEL_KEYS`: its attention, dtype, ...; a generator trained on a GPU
+  saved attention=cudnn, and one with attention dropout could not run under this run's cuDNN attention)."""
+  generator = dataclasses.replace(source.config.model, **{k: getattr(c.model, k) for k in continued.FREE_MODEL_KEYS})
   return FrozenGeneratorElectra(c.model, with_generator=False, generator_config=generator,
                                 generator_kind=source.kind)
 

@@ -142,6 +142,11 @@ def test_the_generator_computes_as_this_run_does(corpus_file, cache_dir, mlm_run
       c, model=dataclasses.replace(c.model, attention='cudnn', dtype='bfloat16', num_layers=3)), None)
   generator = frozen.model(c, source._replace(objective=objective.get('mlm'))).generator_config
   assert (generator.attention, generator.dtype, generator.num_layers) == (c.model.attention, c.model.dtype, 3)
+  # A generator trained with attention dropout (einsum) under a run without it (xla): ModelConfig refused the mix.
+  source = frozen.Source(dataclasses.replace(
+      c, model=dataclasses.replace(c.model, attention='einsum', attention_dropout_rate=0.1)), objective.get('mlm'))
+  run = dataclasses.replace(c, model=dataclasses.replace(c.model, attention='xla', attention_dropout_rate=0.0))
+  assert frozen.model(run, source).generator_config.attention == 'xla'
 
 
 def test_an_electra_runs_generator_samples_as_it_did():
