@@ -90,8 +90,8 @@ def peak_flops_per_device(dtype: str) -> float | None:
 
 
 def memory_bandwidth() -> float:
-  """Bytes/s of one device's memory: the datasheet's for a GPU electra_jax.gpu_targets describes, else (a CPU)
-  what adding 1 to 64 MiB reaches."""
+  """Bytes/s of one device's memory: the datasheet's for a GPU electra_jax.gpu_targets describes, else what adding
+  1 to 64 MiB reaches."""
   if gpu := gpu_targets.named(jax.devices()[0].device_kind):
     return gpu.memory_bandwidth
   return _per_second(jax.jit(lambda a: a + 1), jnp.ones((2**24,), jnp.float32), 2 * 4 * 2**24)
@@ -231,7 +231,7 @@ def main(argv):
   print(f'jax:   step {seconds * 1e3:.2f} ms ({call}), '
         f'{tokens / seconds:,.0f} tokens/s, '
         f'{step_flops / seconds / 1e12:.3f} TFLOP/s model, '
-        f'{f"MFU {mfu:.1%} (peak {peak / 1e12:.2f} TFLOP/s)" if peak else "MFU unknown (give --peak_tflops)"}; '
+        f'{f"MFU {mfu:.1%} (peak {peak / 1e12:.2f} TFLOP/s a device)" if peak else "MFU unknown (--peak_tflops)"}; '
         f'compile {r["compile_seconds"]:.1f} s, initialiser {r["init_seconds"]:.1f} s, first step at '
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
   if torch_line:

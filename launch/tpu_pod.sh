@@ -18,6 +18,7 @@ if [[ -z "${WORKDIR:-}" ]]; then
   WORKDIR="gs://${BUCKET}/electra/${NAME}"
 fi
 REPO="${REPO:-\$HOME/electra_jax}"  # expanded on the workers
+REPO="${REPO/#\~\//\$HOME/}"  # ~/x: quoted below, ~ would not expand there
 PYTHON="${PYTHON:-.venv/bin/python}"  # relative to REPO
 ARGS="$(printf ' %q' --config="$CONFIG" --workdir="$WORKDIR" "$@")"
 echo "workdir: $WORKDIR" >&2

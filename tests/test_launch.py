@@ -70,6 +70,8 @@ def test_tpu_pod_command_runs_the_entry_point_on_every_worker():
                                  '--config.data.source=/data/my corpus']
   got = dry_run('launch/tpu_pod.sh', TPU_NAME='t', ZONE='z', BUCKET='b', REPO='/opt/my repo', PYTHON='python3.12')
   assert shlex.split(got['command'][-1])[:5] == ['cd', '/opt/my repo', '&&', 'ELECTRA_JAX_DISTRIBUTED=1', 'python3.12']
+  got = dry_run('launch/tpu_pod.sh', TPU_NAME='t', ZONE='z', BUCKET='b', REPO='~/src/electra_jax')  # ~ in quotes: $HOME
+  assert shlex.split(got['command'][-1])[1] == '$HOME/src/electra_jax'
   assert '--workdir=gs://b/electra/large' in shlex.split(got['command'][-1])
 
 
