@@ -174,6 +174,7 @@ def _check_continued(source, workdir, corpus):
   assert 0 < max(jax.tree.leaves(moved)) < 0.02
 
 
+@pytest.mark.e2e  # a whole workflow: import, continue, fine-tune (README suite: 5-minute bound)
 def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, capsys):
   disc, gen = helpers.hf_models(*helpers.HF_SIZES['E!=H'], layers=1)  # the layer mapping is test_convert's
   disc_dir, gen_dir = helpers.save_hf(tmp_path, disc, gen)
@@ -192,6 +193,7 @@ def test_continue_hf_import_on_a_new_corpus_then_finetune(tmp_path, cache_dir, c
   _check_finetuned(_finetune(workdir, tmp_path, cache_dir), workdir)
 
 
+@pytest.mark.e2e  # a whole workflow: import, continue, fine-tune (README suite: 5-minute bound)
 def test_continue_official_untied_tf_import_then_finetune(tmp_path, cache_dir, monkeypatch):
   # One layer: the layouts' layer mapping is test_every_official_layout_imports'; here each compile is the cost.
   model = ModelConfig(**dict(TF_MODEL, tying='none', num_layers=1))
