@@ -333,7 +333,9 @@ class Padding(NamedTuple):
   """A batch's padding in the two forms the attention takes it (`padding`; XLA drops the one a config does not use).
   bias [batch, 1, 1, length]: 0 on tokens, -1e9 on padding, added to the scores (model.attention='einsum'). keys
   [batch] int32: each row's count of tokens, at least 1 (jax.nn.dot_product_attention's key_value_seq_lengths):
-  input_mask is a prefix of ones, the tokens then the padding, in every example the data pipelines make."""
+  input_mask is a prefix of ones, the tokens then the padding, in every example the data pipelines make. A caller
+  of the model's own (`Electra.encode`, ...) must keep that contract: under model.attention xla or cudnn a mask
+  with padding between tokens (1,1,0,1) is read as its count of leading tokens."""
   bias: jax.Array
   keys: jax.Array
 
@@ -595,8 +597,8 @@ class Generator(_Tower):
       self.embeddings = Embeddings(self.config)
     self.generator_predictions = GeneratorHead(self.config)
     self.generator_lm_head = LMHeadBias(self.config.vocab_size)
-    if self.baseline:
-      self.adversarial_baseline = dense(1, self.config, ('embed', None), None)
+    if self.baseline:  # float32, as the discriminator's H -> 1 logit: the loss reads it
+      self.adversarial_baseline = dense(1, dataclasses.replace(self.config, dtype='float32'), ('embed', None), None)
 
   def logits(self, hidden, embeddings: Embeddings):
     """[batch, P, H_gen] hidden states -> [batch, P, vocab] float32 MLM logits through the tied embedding table."""
@@ -626,8 +628,8 @@ class Discriminator(_Tower):
     else:
       self.mlm_predictions = GeneratorHead(self.config)
       self.mlm_lm_head = LMHeadBias(self.config.vocab_size)
-    if self.head == 'mlm_copy':
-      self.copy_gate = dense(1, self.config, ('embed', None), None)
+    if self.head == 'mlm_copy':  # float32, as the discriminator's H -> 1 logit: the loss reads it
+      self.copy_gate = dense(1, dataclasses.replace(self.config, dtype='float32'), ('embed', None), None)
 
   def logits(self, hidden):
     """[batch, length, H] -> [batch, length] float32 'replaced' logits."""
