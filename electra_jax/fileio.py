@@ -36,6 +36,8 @@ from typing import Iterable
 from etils import epath
 import fsspec.core
 
+from electra_jax.errors import ConfigError
+
 COPY_BLOCK = 16 << 20
 
 # What a file-system error means for the user, by errno; `describe` appends it.
@@ -54,6 +56,14 @@ _ADVICE = {
 def resolved(location) -> str:
   """`location` spelled one way per file: a local path resolved ('~', '..', links), a remote one as given."""
   return os.fspath(location) if is_remote(location) else os.path.realpath(os.path.expanduser(location))
+
+
+def check_fresh(directory, names, what: str):
+  """Raises ConfigError if `directory` holds any of `names`, files a new `what` would write over (the user's own: a
+  tokenizer directory given as --workdir)."""
+  if held := [name for name in names if (path(directory) / name).exists()]:
+    raise ConfigError(f'{directory} holds {", ".join(held)}, which a new {what} would write over: give another '
+                      '--workdir (a tokenizer directory is given as --config.data.tokenizer)')
 
 
 def is_remote(location) -> bool:

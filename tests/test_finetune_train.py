@@ -303,6 +303,12 @@ def test_a_workdir_of_another_directory_of_the_same_name_is_refused(tmp_path, mo
   with pytest.raises(config_lib.ConfigError, match=r"run of task 'sentiment' \(location: .*v1/sentiment', now .*"
                                                    r"v2/sentiment'; finetune.json\).*give a new --workdir"):
     train.check_workdir(str(workdir), dict(config, task=str(tmp_path / 'v2' / 'sentiment')), new)
+  # A directory holding a tokenizer or results of the user's own (no finetune.json): fine-tuning would replace them.
+  (tmp_path / 'mine').mkdir()
+  (tmp_path / 'mine' / 'results.md').write_text('my notes')
+  with pytest.raises(config_lib.ConfigError, match=r'mine holds results.md, which a new fine-tuning run would write '
+                     'over: give another --workdir'):
+    train.check_workdir(str(tmp_path / 'mine'), config, old)
   # The task's own directory is no workdir: fine-tuning would write results.md and its tokenizer among the data.
   with pytest.raises(config_lib.ConfigError, match="is the task's own directory"):
     train.check_workdir(str(tmp_path / 'v2' / 'sentiment' / '.'), dict(config, task=str(tmp_path / 'v2' / 'sentiment')),

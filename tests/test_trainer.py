@@ -369,6 +369,19 @@ def test_a_hugging_face_model_directory_is_no_pretraining_workdir(tmp_path, corp
   assert os.listdir(tmp_path) == ['config.json'] and (tmp_path / 'config.json').read_text() == hf
 
 
+def test_a_tokenizer_directory_is_no_pretraining_workdir(tmp_path, corpus_file, cache_dir):
+  """`python -m electra_jax.data tokenizer --output=DIR`'s DIR given as --workdir: refused, its tokenizer kept (a new
+  run saved its own over it, in silence)."""
+  config = tiny_config(corpus_file, cache_dir)
+  data.load_tokenizer(config_lib.from_dict(data.DataConfig, config.to_dict()['data'], where='data')).save(tmp_path)
+  before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+  with pytest.raises(config_lib.ConfigError, match=r'holds electra_tokenizer.json, tokenizer.model, which a new '
+                     r'pre-training run would write over: give another --workdir \(a tokenizer directory is given as '
+                     r'--config.data.tokenizer\)$'):
+    trainer.train(config, tmp_path)
+  assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+
+
 def test_startup_stages_and_the_end_of_run_summary(tmp_path, corpus_file, cache_dir, capsys):
   """The compile is announced and timed before the progress bar; the run ends with its summary on stdout."""
   trainer.train(tiny_config(corpus_file, cache_dir), tmp_path, stop_after=2)

@@ -27,6 +27,8 @@ from electra_jax.masking import SpecialIds
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 CONFIG_FILE = 'electra_tokenizer.json'
 HF_TOKENIZER_FILE = 'tokenizer.json'  # what transformers 5 saves a fast tokenizer as (no vocab.txt)
+# What a saved tokenizer directory may hold (`Tokenizer.save`, `python -m electra_jax.data tokenizer`, transformers).
+FILES = (CONFIG_FILE, 'tokenizer.model', 'vocab.txt', HF_TOKENIZER_FILE)
 TYPES = TOKENIZER_TYPES  # data.tokenizer_type: config.py holds them, where DataConfig checks them
 # Why a tokenizer cannot be trained on a corpus without a line of text (data.source, or --source of `data tokenizer`).
 NO_TEXT = 'the corpus is empty (not one line of text): point the source at files that hold text'
