@@ -11,7 +11,6 @@ files import each other as `from configs import default`; for a packaged file th
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 
@@ -82,7 +81,7 @@ def load_config(workdir) -> config_lib.TrainConfig:
   if not path.is_file():
     raise CheckpointError(f'{workdir} has no config.json: give the --workdir of a pre-training run or the output '
                           'of `python -m electra_jax.convert`')
-  values = json.loads(path.read_text())
+  values = fileio.read_json(path, 'restore it from a copy (the run\'s settings are in it)', CheckpointError)
   if values.get('model_type') == 'electra':  # transformers' config.json: its keys are none of ours
     raise CheckpointError(f'{workdir} is a Hugging Face model directory, not an electra_jax workdir: import it first '
                           f'with python -m electra_jax.convert --from-hf {workdir} --out WORKDIR')

@@ -136,6 +136,20 @@ def write_text(location, text: str):
     f.write(text)
 
 
+def read_json(location, fix: str, error: type[Exception] = ConfigError) -> dict:
+  """The JSON object in file `location` (it must exist); `error` in one line, naming the file and saying `fix`, when
+  it holds none (cut short or edited by hand: a traceback from json before)."""
+  try:
+    value = json.loads(path(location).read_bytes().decode('utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    value, reason = None, f': {e}'
+  else:
+    reason = ''
+  if not isinstance(value, dict):
+    raise error(f'{location} is damaged (not a JSON object{reason}): {fix}')
+  return value
+
+
 def write_json(location, value):
   write_text(location, json.dumps(value, indent=2) + '\n')
 

@@ -62,7 +62,7 @@ def _check_resume_config(workdir, config_dict: dict) -> dict:
 def _read_config(workdir) -> dict:
   """The config.json of the run in `workdir` ({} if none)."""
   path = workdir / 'config.json'
-  return json.loads(path.read_text()) if path.exists() else {}
+  return fileio.read_json(path, 'restore it, or start a new --workdir') if path.exists() else {}
 
 
 def _run_tokenizer(data_config: config_lib.DataConfig, workdir) -> data.Tokenizer:

@@ -369,6 +369,16 @@ def test_a_hugging_face_model_directory_is_no_pretraining_workdir(tmp_path, corp
   assert os.listdir(tmp_path) == ['config.json'] and (tmp_path / 'config.json').read_text() == hf
 
 
+def test_a_damaged_config_json_is_one_line_on_resume(tmp_path, corpus_file, cache_dir):
+  """A run's config.json cut short (it was a json traceback): one line naming it; nothing else touched."""
+  (tmp_path / 'checkpoints').mkdir()
+  (tmp_path / 'config.json').write_text('{"model": {"hidden_')
+  with pytest.raises(config_lib.ConfigError, match=r'config.json is damaged \(not a JSON object: Unterminated string.*'
+                     r'\): restore it, or start a new --workdir$'):
+    trainer.train(tiny_config(corpus_file, cache_dir), tmp_path)
+  assert (tmp_path / 'config.json').read_text() == '{"model": {"hidden_'
+
+
 def test_a_tokenizer_directory_is_no_pretraining_workdir(tmp_path, corpus_file, cache_dir):
   """`python -m electra_jax.data tokenizer --output=DIR`'s DIR given as --workdir: refused, its tokenizer kept (a new
   run saved its own over it, in silence)."""

@@ -38,7 +38,8 @@ def is_built(path: str) -> bool:
 
 
 def read_metadata(directory: str) -> dict:
-  metadata = json.loads((fileio.path(directory) / METADATA).read_text())
+  metadata = fileio.read_json(fileio.path(directory) / METADATA, 'rebuild the dataset with `python -m electra_jax.data '
+                              'build --overwrite`', DataError)
   if metadata.get('format') != FORMAT or metadata.get('version') != VERSION:
     raise DataError(f'{directory} holds {metadata.get("format")} version {metadata.get("version")}, not '
                     f'{FORMAT} version {VERSION}; rebuild it with `python -m electra_jax.data build`')

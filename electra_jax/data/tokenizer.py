@@ -250,7 +250,7 @@ def _saved(location) -> dict | None:
   (uncased when it says nothing); None if there is none."""
   if not (location / CONFIG_FILE).is_file():
     return None
-  config = json.loads((location / CONFIG_FILE).read_text())
+  config = fileio.read_json(location / CONFIG_FILE, 'restore it, or save the tokenizer again', DataError)
   return {**config, 'lowercase': config.get('lowercase', True)}
 
 

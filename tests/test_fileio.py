@@ -1,0 +1,18 @@
+"""fileio.read_json: a JSON file the runs wrote, cut short or edited by hand, is one line naming it and the fix."""
+
+import pytest
+
+from electra_jax import errors, fileio
+from electra_jax.data import examples
+
+
+@pytest.mark.parametrize('text, reason', [
+    ('{"format": "electra', r': Unterminated string'), ('', r': Expecting value'), ('[]', ''), ('\xff', r': ')])
+def test_a_damaged_json_file_is_one_line(tmp_path, text, reason):
+  path = tmp_path / 'electra_data.json'
+  path.write_bytes(text.encode('latin-1'))
+  with pytest.raises(errors.DataError, match=rf'^{path} is damaged \(not a JSON object{reason}.*\): rebuild the '
+                     r'dataset with `python -m electra_jax.data build --overwrite`$'):
+    examples.read_metadata(str(tmp_path))
+  path.write_text('{"a": [1]}')
+  assert fileio.read_json(path, 'fix it') == {'a': [1]}
