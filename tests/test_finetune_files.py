@@ -213,6 +213,8 @@ def test_local_tsv_errors(tmp_path):
   (tmp_path / 'train.tsv').write_text('label\tsentence\npos\tgood\nneg\tbad\n', encoding='utf-8')
   (tmp_path / 'dev.tsv').write_text('pos\tfine\nNegative\tawful\n', encoding='utf-8')
   task = tasks.get_task(str(tmp_path))
+  with pytest.raises(ConfigError, match=r"^--config.task_kind='regresion': give classification or regression"):
+    tasks.get_task(str(tmp_path), 'regresion')  # it trained as classification, status 0
   with pytest.raises(DataError, match=r"dev.tsv line 2: the label 'Negative' does not occur in the training file "
                                       r'\(its labels: neg, pos\)'):
     tasks.read(task, 'validation')

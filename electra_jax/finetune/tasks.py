@@ -146,6 +146,9 @@ def get_task(name: str, kind: str = '', glue_dir: str = '', squad_dir: str = '')
   `glue_dir`/`squad_dir` read GLUE/SQuAD from their distributed files instead of tfds. `kind` forces
   'classification' or 'regression' for a TSV directory (default: guessed from the labels).
   """
+  if kind not in ('', CLASSIFICATION, REGRESSION):  # a typo ('regresion') trained as classification, in silence
+    raise ConfigError(f'--config.task_kind={kind!r}: give classification or regression (a TSV directory\'s labels '
+                      'decide when it is empty)')
   key = ALIASES.get(name.lower(), name.lower())
   if glue_dir and key not in GLUE:
     raise ConfigError(f'--config.glue_dir is for the GLUE tasks ({", ".join(GLUE)}), not {name!r}')
