@@ -44,6 +44,14 @@ def test_steps_for_budget_by_hand():
   assert [compare.budget_name(b) for b in (5e12, 1.5e13, 4.5e13, 3e9)] == ['5e12', '1.5e13', '4.5e13', '3e09']
 
 
+@pytest.mark.parametrize('budgets', [('abc',), (0,), ()])
+def test_budgets_must_be_positive_numbers(budgets):
+  config = compare_cpu.get_config()
+  config.flops_budgets = budgets  # 'abc' was a TypeError traceback from `<=`
+  with pytest.raises(ConfigError, match=r'^flops_budgets must be positive FLOPs counts, got '):
+    compare._check(config)  # pylint: disable=protected-access
+
+
 def test_the_plan_announced_is_the_finetune_budgets_one():
   """With finetune_budgets, `describe` states what `run` does: each pre-training stops at its largest fine-tuned
   budget's step (stop_step) and only those budgets are fine-tuned (finetuned)."""

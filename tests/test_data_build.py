@@ -128,6 +128,15 @@ def test_cli_bad_input(argv, message, tmp_path, capsys, cache_dir):
   del cache_dir
 
 
+def test_a_negative_count_is_refused_by_argparse(capsys):
+  # --examples=-1 was a numpy traceback from inspect; --processes=-1 was taken ('-1 processes').
+  for argv in (['inspect', '--examples=-1'], ['build', '--output=x', '--processes=-1']):
+    status, out, err = _cli(capsys, *argv)
+    assert status == 2 and out == ''
+    assert err.strip().splitlines()[-1].endswith(f"argument {argv[-1].split('=')[0]}: '-1' is not a whole number (0 "
+                                                 'or more)')
+
+
 def test_cli_help_shows_the_defaults(capsys):
   status, out, _ = _cli(capsys, 'build', '--help')
   assert status == 0

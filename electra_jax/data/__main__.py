@@ -23,6 +23,13 @@ from electra_jax.data import examples as examples_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 
 
+def _count(text: str) -> int:
+  """An argparse type: a whole number, 0 or more (-1 examples was a numpy traceback, -1 processes accepted)."""
+  if not text.strip().isdigit():
+    raise argparse.ArgumentTypeError(f'{text!r} is not a whole number (0 or more)')
+  return int(text)
+
+
 def _config(args) -> data.DataConfig:
   max_seq_length = getattr(args, 'max_seq_length', None)
   if max_seq_length is None:
@@ -182,14 +189,14 @@ def parse_args(argv):
                          'first max_seq_length - 2 (as the official builder)')
     if name == 'build':
       command.add_argument('--output', required=True, help='directory to write')
-      command.add_argument('--processes', type=int, default=0, help='packing processes; 0: one per CPU core')
+      command.add_argument('--processes', type=_count, default=0, help='packing processes; 0: one per CPU core')
       command.add_argument('--overwrite', action='store_true', help='replace an existing built --output')
       command.add_argument('--runner', default='', help="Apache Beam runner to build on (DirectRunner, "
                            "DataflowRunner, FlinkRunner, SparkRunner; needs the [beam] extra), with any other "
                            "options passed to Beam (DirectRunner: --processes workers); '': this machine's "
                            "processes (fastest on one machine)")
     else:
-      command.add_argument('--examples', type=int, default=3, help='how many examples to print')
+      command.add_argument('--examples', type=_count, default=3, help='how many examples to print')
       command.add_argument('--pieces', action='store_true', help='print token pieces instead of decoded text')
   args, unknown = parser.parse_known_args(argv)
   args.pipeline_args = unknown

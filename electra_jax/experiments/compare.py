@@ -109,7 +109,7 @@ def _names(values) -> tuple[str, ...]:
 def _check(config):
   config.objectives, config.tasks = _names(config.objectives), _names(config.tasks)
   budgets, objectives = tuple(config.flops_budgets), config.objectives
-  if not budgets or any(b <= 0 for b in budgets):
+  if not budgets or not all(isinstance(b, (int, float)) and b > 0 for b in budgets):
     raise ConfigError(f'flops_budgets must be positive FLOPs counts, got {budgets}')
   if len({budget_name(b) for b in budgets}) < len(budgets):
     raise ConfigError(f'flops_budgets must differ in their first 3 digits, got {budgets}')
