@@ -11,14 +11,15 @@ with at least 20% headroom in the share of memory JAX preallocates (75% of 80 GB
 """
 
 
-def apply(config, preset: str, max_rows: int, remat: str = ''):
+def apply(config, preset: str, max_rows: int, remat: str = '', others: str = ''):
   """`config` with the GPU preset `preset` ('' leaves it as it is) for GPUs holding `max_rows` sequences each, and
-  `model.remat` set to `remat` when one is given (the policy the GPU compiles chose)."""
+  `model.remat` set to `remat` when one is given (the policy the GPU compiles chose). `others`: the config file's
+  other presets, for the message naming them."""
   if not preset:
     return config
   name, _, count = preset.partition(':')
   if name != 'gpu' or not (count or '8').isdigit() or int(count or '8') < 1:
-    raise ValueError(f'unknown preset {preset!r}: use gpu (one node of 8 GPUs) or gpu:N (N GPUs), e.g. '
+    raise ValueError(f'unknown preset {preset!r}: use {others}gpu (one node of 8 GPUs) or gpu:N (N GPUs), e.g. '
                      'configs/large.py:gpu:16')
   gpus = int(count or '8')
   if config.batch_size % gpus:

@@ -46,4 +46,4 @@ def get_config(preset=''):
   if preset == 'quickstart':
     return quickstart(config)
   # GPU preset (configs/gpu.py): the whole batch of 128 x 128 takes 3.2 GiB of one H100, so it never accumulates.
-  return gpu.apply(config, preset, max_rows=128)
+  return gpu.apply(config, preset, max_rows=128, others='quickstart (one GPU, the built-in corpus), ')

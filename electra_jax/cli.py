@@ -90,7 +90,11 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
       return (f'--config.{key}={value}: {key} takes {_TYPE_NAMES[type(current)]} ({filename} sets '
               f'{_show(current)}), not {value!r}')
   if 'Error whilst parsing config file' in str(message):  # get_config raised: the traceback's last line says why
-    return f'--config={filename}: {str(message).strip().splitlines()[-1]}'
+    last = str(message).strip().splitlines()[-1]
+    file, _, preset = filename.partition(':')
+    if preset and 'get_config() takes 0 positional arguments' in last:  # configs/tiny.py:gpu
+      return f'--config={filename}: {file} has no presets; give --config={file}'
+    return f'--config={filename}: {last}'
   while isinstance(message, str) and message[:1] in '\'"' and message[-1:] == message[:1]:
     message = ast.literal_eval(message)  # KeyError's message can arrive quoted, even twice
   return ' '.join(str(message).split())

@@ -79,3 +79,7 @@ def test_preset_through_the_entry_point():
   assert refused.returncode == 2
   assert refused.stderr.strip() == ('error: --config=configs/large.py:gpu:3: ValueError: the batch of 2048 '
                                     'sequences does not split over 3 GPUs: use a number of GPUs that divides it')
+  # A config file with no presets given one (it was get_config's TypeError), and small.py's list names its own.
+  assert main('configs/tiny.py:gpu').stderr.strip() == ('error: --config=configs/tiny.py:gpu: configs/tiny.py has no '
+                                                        'presets; give --config=configs/tiny.py')
+  assert 'use quickstart (one GPU, the built-in corpus), gpu (one node' in main('configs/small.py:tpu').stderr
