@@ -115,6 +115,8 @@ def atomic_writer(location, mode: str = 'wb'):
     path(location).write_bytes(content if 'b' in mode else content.encode('utf-8'))
     return
   directory, name = os.path.split(os.fspath(path(location)))
+  if os.path.isdir(os.path.join(directory, name)):  # the error os.replace gives names the temporary file
+    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.path.join(directory, name))
   os.makedirs(directory, exist_ok=True)
   temporary = os.path.join(directory, f'.{name}.tmp-{uuid.uuid4().hex[:8]}')
   # 0o666: the umask applies, as with open(); O_EXCL: never write through a file or link someone else made.

@@ -16,3 +16,11 @@ def test_a_damaged_json_file_is_one_line(tmp_path, text, reason):
     examples.read_metadata(str(tmp_path))
   path.write_text('{"a": [1]}')
   assert fileio.read_json(path, 'fix it') == {'a': [1]}
+
+
+def test_writing_over_a_directory_names_it(tmp_path):
+  """An output path that is a directory (predict_output, plot --output): the error named the temporary file."""
+  (tmp_path / 'out').mkdir()
+  with pytest.raises(IsADirectoryError, match=rf"Is a directory: '{tmp_path}/out'$"):
+    fileio.write_text(tmp_path / 'out', 'predictions')
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['out'] and not list((tmp_path / 'out').iterdir())
