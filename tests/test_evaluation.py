@@ -1,6 +1,7 @@
 """Held-out evaluation: the split keeps held-out documents out of training, the eval metrics are logged every
 eval_every steps on the same batches, the AUC estimate; and the profiler hook writes a trace."""
 
+import dataclasses
 import glob
 import json
 import math
@@ -89,6 +90,9 @@ def test_eval_source_and_bad_settings(tmp_path, corpus_file, cache_dir):
   held = data.load_eval_examples(config, tokenizer)
   assert len(held) == len(data.load_examples(data.DataConfig(source=str(other), vocab_size=64, max_seq_length=32,
                                                              cache_dir=cache_dir), tokenizer))
+  missing = dataclasses.replace(config, eval_source=str(tmp_path / 'nowhere'))  # it named data.source
+  with pytest.raises(data.DataError, match=r"^no text files found at data.eval_source='.*nowhere'"):
+    data.load_eval_examples(missing, tokenizer)
   with pytest.raises(data.DataError, match='set one of them'):
     data.DataConfig(eval_fraction=0.1, eval_source=str(other))
   with pytest.raises(data.DataError, match=r'eval_fraction must be in \[0, 1\)'):

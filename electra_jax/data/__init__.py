@@ -171,7 +171,10 @@ def load_eval_examples(config: DataConfig, tokenizer: Tokenizer, seed: int = 0):
   `data.eval_fraction` holds out of `data.source`; None when neither is set."""
   if config.eval_source:
     eval_config = dataclasses.replace(config, source=config.eval_source, eval_source='', eval_fraction=0.0)
-    return _load_examples(eval_config, tokenizer, seed, split='')
+    try:
+      return _load_examples(eval_config, tokenizer, seed, split='')
+    except DataError as e:  # its messages name the key they read, data.source: here that is data.eval_source
+      raise DataError(str(e).replace('data.source', 'data.eval_source')) from None
   if config.eval_fraction:
     return _load_examples(config, tokenizer, seed, split='eval')
   return None
