@@ -58,10 +58,11 @@ def resolved(location) -> str:
   return os.fspath(location) if is_remote(location) else os.path.realpath(os.path.expanduser(location))
 
 
-def check_fresh(directory, names, what: str):
+def check_fresh(directory, names, what: str, started):
   """Raises ConfigError if `directory` holds any of `names`, files a new `what` would write over (the user's own: a
-  tokenizer directory given as --workdir)."""
-  if held := [name for name in names if (path(directory) / name).exists()]:
+  tokenizer directory given as --workdir), unless `started()` says, asked after, that a run has begun there
+  meanwhile (another process of this run, which marks its start before it writes those)."""
+  if (held := [name for name in names if (path(directory) / name).exists()]) and not started():
     raise ConfigError(f'{directory} holds {", ".join(held)}, which a new {what} would write over: give another '
                       '--workdir (a tokenizer directory is given as --config.data.tokenizer)')
 

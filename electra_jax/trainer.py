@@ -182,7 +182,8 @@ def _prepare(config, workdir):
     raise config_lib.ConfigError(f'{workdir} holds a config.json that is not an electra_jax run\'s (a Hugging Face '
                                  'model directory?), which pre-training would replace: give another --workdir')
   if not checkpoint.started(workdir):
-    fileio.check_fresh(workdir, (*tokenizer_lib.FILES, metrics_lib.FILE), 'pre-training run')
+    fileio.check_fresh(workdir, (*tokenizer_lib.FILES, metrics_lib.FILE), 'pre-training run',
+                       lambda: checkpoint.started(workdir))
   data_config = config_lib.from_dict(config_lib.DataConfig, config_dict['data'], where='data')
   tokenizer = _run_tokenizer(data_config, workdir)
   c = config_lib.load(config, vocab_size=tokenizer.vocab_size)

@@ -390,7 +390,8 @@ def check_workdir(workdir: str, config_dict: dict, task: tasks.Task):
     raise ConfigError(f'{workdir} holds a pre-training run (config.json, checkpoints/); fine-tuning would write over '
                       'its tokenizer. Give another --workdir (that one is --config.init_checkpoint)')
   if not (workdir / 'finetune.json').exists():
-    fileio.check_fresh(workdir, (*data.tokenizer.FILES, 'results.json', 'results.md', 'seeds'), 'fine-tuning run')
+    fileio.check_fresh(workdir, (*data.tokenizer.FILES, 'results.json', 'results.md'), 'fine-tuning run',
+                       (workdir / 'finetune.json').exists)
     return
   saved = json.loads((workdir / 'finetune.json').read_text())
   old, new = _task_identity(saved['task']), _task_identity(json.loads(json.dumps(dataclasses.asdict(task))))
