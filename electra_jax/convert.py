@@ -302,6 +302,7 @@ def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
   safetensors_file = fileio.path(directory) / 'model.safetensors'
   torch_file = fileio.path(directory) / 'pytorch_model.bin'
   if safetensors_file.is_file():
+    from safetensors import SafetensorError  # noqa: PLC0415
     with fileio.local_file(safetensors_file) as local:
       try:
         from safetensors.numpy import load_file  # noqa: PLC0415
@@ -309,6 +310,9 @@ def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
       except TypeError:  # bfloat16 without ml_dtypes registered: read it through torch
         from safetensors.torch import load_file  # noqa: PLC0415
         return {k: v.float().numpy() for k, v in load_file(local).items()}
+      except SafetensorError as e:  # cut short (a copy or download that stopped): a traceback before
+        raise ConversionError(f'{safetensors_file} cannot be read ({e}): it is damaged or incomplete; copy or '
+                              'download it again') from None
   if torch_file.is_file():
     try:
       import torch  # noqa: PLC0415
@@ -325,7 +329,7 @@ def read_hf_weights(directory: str) -> dict[str, np.ndarray]:
 def _read_json(path) -> dict:
   if not fileio.path(path).is_file():
     raise ConversionError(f'{path} does not exist: give a Hugging Face model directory (config.json + weights)')
-  return json.loads(fileio.path(path).read_text())
+  return fileio.read_json(path, 'copy or download the model again', ConversionError)
 
 
 def _hf_base_names(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

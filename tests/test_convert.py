@@ -153,6 +153,24 @@ def test_import_refuses_a_generator_with_another_layer_norm_eps(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
 
 
+def test_a_damaged_hf_directory_is_one_line(tmp_path):
+  """A model.safetensors cut short or a config.json that is not JSON (a copy that stopped): SafetensorError and
+  JSONDecodeError tracebacks before."""
+  disc_dir, _ = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
+  weights = tmp_path / 'hf_disc' / 'model.safetensors'
+  whole = weights.read_bytes()
+  weights.write_bytes(whole[:7])
+  with pytest.raises(convert.ConversionError, match=r'model.safetensors cannot be read \(.*\): it is damaged or '
+                     r'incomplete; copy or download it again$'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'))
+  weights.write_bytes(whole)
+  (tmp_path / 'hf_disc' / 'config.json').write_text('{"architectures": [')
+  with pytest.raises(convert.ConversionError, match=r'config.json is damaged \(not a JSON object: .*\): copy or '
+                     r'download the model again$'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run')
+
+
 def test_wrong_directories_say_in_one_line_which_flag_they_belong_to(tmp_path, capsys):
   """A generator or a bare encoder given as --from-hf, a discriminator as --from-hf-generator, and an HF directory
   given to --checkpoint: one error line saying what the directory is and what to do (no warning before it)."""
