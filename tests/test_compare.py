@@ -494,3 +494,9 @@ def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
     compare.merge_main([str(tmp_path), f'--output={tmp_path / "cli2"}'])
   assert exited.value.code == 1
   assert capsys.readouterr().err == f'error: {tmp_path} has no results.json: give the --workdir of compare runs\n'
+  (tmp_path / 'e').mkdir()
+  (tmp_path / 'e' / 'results.json').write_text('{"seeds": 1, "tas')  # cut short
+  with pytest.raises(SystemExit) as exited:
+    compare.merge_main([a, str(tmp_path / 'e'), f'--output={tmp_path / "cli3"}'])
+  assert exited.value.code == 1
+  assert capsys.readouterr().err.startswith(f'error: {tmp_path / "e" / "results.json"} is damaged (not a JSON object')

@@ -238,7 +238,8 @@ def _checked_steps(p: Plan, workdir: str) -> set[int]:
   """The steps of the checkpoints in `workdir`, once its run is found to have run `p`'s settings (else refused)."""
   saved = fileio.path(workdir) / 'config.json'
   if saved.is_file():
-    _check_unchanged(json.loads(saved.read_text()), p.config.to_dict(), workdir)
+    _check_unchanged(fileio.read_json(saved, 'remove the run\'s directory to pre-train it again'), p.config.to_dict(),
+                     workdir)
   return _saved_steps(workdir)
 
 
@@ -306,9 +307,10 @@ def finetune_once(c, workdir: str) -> dict:
   """Fine-tunes (all seeds) unless `workdir` holds results; returns {metric, seeds, scores, median}."""
   path = fileio.path(workdir) / 'results.json'
   if path.is_file():
-    _check_unchanged(json.loads((fileio.path(workdir) / 'finetune.json').read_text())['config'], c.to_dict(),
+    again = f'remove {workdir} to fine-tune it again'
+    _check_unchanged(fileio.read_json(fileio.path(workdir) / 'finetune.json', again)['config'], c.to_dict(),
                      workdir, ignore=('init_checkpoint',))
-    results = json.loads(path.read_text())
+    results = fileio.read_json(path, again)
   else:
     results = finetune.run(c, workdir)
   if results is None:  # stopped by a signal, after writing a checkpoint
@@ -477,7 +479,7 @@ def merge(workdirs: list[str], output: str) -> dict:
     path = fileio.path(workdir) / 'results.json'
     if not path.is_file():
       raise ConfigError(f'{workdir} has no results.json: give the --workdir of compare runs')
-    results = json.loads(path.read_text())
+    results = fileio.read_json(path, 'run its compare command again to rewrite it')
     if merged['seeds'] not in (None, results['seeds']):
       raise ConfigError(f'{workdir} has medians of {results["seeds"]} seeds, {merged["merged_from"][0]} of '
                         f'{merged["seeds"]}: merge experiments run with the same seeds')
@@ -514,7 +516,7 @@ def merge_main(argv: list[str]):
   args = parser.parse_args(argv)
   try:
     print(results_table(merge(args.workdirs, args.output)), file=sys.stderr)
-  except (ConfigError, OSError, KeyError, json.JSONDecodeError) as e:
+  except (ConfigError, OSError, KeyError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
 
