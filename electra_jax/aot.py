@@ -287,6 +287,12 @@ def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
 
 def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, finetune_length: int = 128):
   """Compiles and prints; returns the reports (pre-training first)."""
+  if 'task' in cfg:  # as cli.mode_for tells them apart
+    raise ConfigError('aot compiles a pre-training config (e.g. configs/small.py) and the fine-tuning step of its '
+                      'model: give a pre-training config, and --finetune_batch/--finetune_length for fine-tuning')
+  if finetune and min(finetune_batch, finetune_length) < 1:
+    raise ConfigError(f'--finetune_batch={finetune_batch} and --finetune_length={finetune_length} must be at least '
+                      '1 (or --nofinetune)')
   hw = chip(topology)
   devices = topology_devices(topology)
   c = load_config(cfg, 'gpu' if isinstance(hw, gpu_targets.Gpu) else 'tpu')

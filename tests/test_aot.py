@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from configs import tiny
+from configs import finetune, tiny
 from electra_jax import aot, sharding, tpu_targets
 from electra_jax.aot import GIB
+from electra_jax.config import ConfigError
 
 pytest.importorskip('libtpu', reason='the TPU compiler: pip install -e ".[test]"')
 
@@ -133,3 +134,10 @@ def test_plain_runs_do_not_probe_for_a_tpu():
   done = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True, check=True,
                         timeout=120)
   assert done.stdout.strip() == 'cpu' and done.stderr == ''
+
+
+def test_bad_commands_are_refused_before_any_compile():
+  with pytest.raises(ConfigError, match='aot compiles a pre-training config'):
+    aot.run(finetune.get_config(), 'v3:2x2')
+  with pytest.raises(ConfigError, match='--finetune_batch=0 and --finetune_length=128 must be at least 1'):
+    aot.run(_config(), 'v3:2x2', finetune_batch=0)
