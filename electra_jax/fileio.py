@@ -45,8 +45,8 @@ _ADVICE = {
     errno.ENOSPC: 'the disk is full: free some space and run the same command again',
     errno.EDQUOT: 'the disk quota is exhausted: free some space and run the same command again',
     errno.EROFS: 'the file system is read-only: choose a writable directory',
-    errno.EACCES: 'permission denied: choose a directory you can write to, or fix its permissions',
-    errno.EPERM: 'permission denied: choose a directory you can write to, or fix its permissions',
+    errno.EACCES: 'fix its permissions, or choose another path',
+    errno.EPERM: 'fix its permissions, or choose another path',
     # A file where a directory must go: in the path (ENOTDIR), or as the directory itself (EEXIST, from makedirs).
     errno.ENOTDIR: 'a file stands where the path needs a directory: move it away, or choose another directory',
     errno.EEXIST: 'a file stands where the path needs a directory: move it away, or choose another directory',

@@ -1,4 +1,6 @@
-"""fileio.read_json: a JSON file the runs wrote, cut short or edited by hand, is one line naming it and the fix."""
+"""fileio: a damaged JSON file the runs wrote is one line naming it and the fix; a file error is one line."""
+
+import errno
 
 import pytest
 
@@ -24,3 +26,13 @@ def test_writing_over_a_directory_names_it(tmp_path):
   with pytest.raises(IsADirectoryError, match=rf"Is a directory: '{tmp_path}/out'$"):
     fileio.write_text(tmp_path / 'out', 'predictions')
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out'] and not list((tmp_path / 'out').iterdir())
+
+
+def test_describe_a_local_error_in_one_line():
+  """A read refused as a write would be: the advice suits both (it told a reader to choose a directory to write)."""
+  assert fileio.describe(PermissionError(errno.EACCES, 'Permission denied', '/data/c.txt')) == (
+      '/data/c.txt: Permission denied (fix its permissions, or choose another path)')
+  assert fileio.describe(OSError(errno.ENOSPC, 'No space left on device')) == (
+      'No space left on device (the disk is full: free some space and run the same command again)')
+  assert fileio.describe(OSError(errno.EIO, 'Input/output error\n  at block 7', 'f')) == (
+      'f: Input/output error at block 7')
