@@ -386,3 +386,19 @@ def test_loading_a_tokenizer_starts_no_jax_backend(lines, tmp_path):
                          str(tmp_path / 'cache')], capture_output=True, text=True, check=False,
                         env=dict(os.environ, JAX_PLATFORMS='cpu'))
   assert done.stdout.strip() == 'no backend', done.stderr[-2000:]
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_before_any_work(corpus_file, tmp_path, monkeypatch):
+  """A read-only cache stops the training of a tokenizer, and the packing of text, at once in one line naming the
+  cache (it named a temporary file in it; packing failed only at its end); what the cache holds is still read."""
+  config = data.DataConfig(source=corpus_file, vocab_size=60, cache_dir=str(tmp_path / 'cache'))
+  tokenizer = data.load_tokenizer(config)
+  access = os.access
+  monkeypatch.setattr(os, 'access', lambda p, mode, **kw: not str(p).startswith(str(tmp_path)) and access(p, mode))
+  assert data.load_tokenizer(config).fingerprint == tokenizer.fingerprint  # from the cache
+  line = rf'^the cache \(data.cache_dir, or \$ELECTRA_JAX_CACHE\) {tmp_path / "cache"} cannot be written'
+  with pytest.raises(PermissionError, match=line):
+    data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=61, cache_dir=config.cache_dir))
+  with pytest.raises(PermissionError, match=line):
+    data.load_examples(config, tokenizer)
+  assert [n for n in os.listdir(tmp_path / 'cache') if not n.startswith('tokenizer-unigram-60-')] == []

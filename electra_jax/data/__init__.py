@@ -34,6 +34,7 @@ __all__ = ['DataConfig', 'DataError', 'BatchIterator', 'Tokenizer', 'load_tokeni
            'load_eval_examples', 'open_source']
 
 TOKENIZER_SAMPLE_LINES = 2_000_000
+CACHE = 'the cache (data.cache_dir, or $ELECTRA_JAX_CACHE)'  # how errors name it
 
 
 def cache_dir(config: DataConfig) -> str:
@@ -104,6 +105,7 @@ def _cached_or_trained(config: DataConfig, source, directory: str) -> Tokenizer:
   place: commands sharing a cache never train into one directory, and one interrupted removes only its own."""
   complete = os.path.join(directory, tokenizer_lib.CONFIG_FILE)  # written last: the tokenizer is complete
   if not os.path.exists(complete):
+    fileio.check_writable_directory(os.path.dirname(directory), CACHE)
     os.makedirs(os.path.dirname(directory), exist_ok=True)
     own = tempfile.mkdtemp(prefix=f'{os.path.basename(directory)}.tmp', dir=os.path.dirname(directory))
     try:
@@ -219,6 +221,7 @@ def _load_examples(config: DataConfig, tokenizer: Tokenizer, seed: int, split: s
     with np.load(path) as cached:
       return examples_lib.InMemoryExamples(cached['input_ids'].astype(np.int32),
                                            cached['segment_ids'].astype(np.int32))
+  fileio.check_writable_directory(os.path.dirname(path), CACHE)  # before the packing, not after it
   with report.stage(f'packing {source} into examples of {config.max_seq_length} tokens (once: cached in {path})',
                     done='packed'):
     try:
