@@ -82,6 +82,10 @@ def test_cli(corpus_dir, tmp_path, capsys, cache_dir):
   assert metadata['max_seq_length'] == 32 and metadata['tokenizer']['type'] == 'sentencepiece'
   status, out, _ = _cli(capsys, 'inspect', f'--source={tmp_path}/out', '--examples=2')
   assert status == 0 and out.count('--- example') == 2 and 'A: [CLS]' in out and 'unknown-token rate' in out
+  # Another length than the build's: inspect's own flag, not main's --config.data.max_seq_length, is the advice.
+  status, _, err = _cli(capsys, 'inspect', f'--source={tmp_path}/out', '--max_seq_length=64')
+  assert status == 1 and err == (f'error: {tmp_path}/out was built with examples of 32 tokens: leave '
+                                 '--max_seq_length out to inspect it\n')
   # Text sources are packed as the trainer would (and cached).
   status, out, _ = _cli(capsys, 'inspect', f'--source={corpus_dir}', f'--tokenizer={tmp_path}/tok', '--pieces')
   assert status == 0 and 'examples:' in out and '[SEP]' in out

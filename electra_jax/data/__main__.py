@@ -104,6 +104,11 @@ def _build_on_beam(args, how: build_lib.Packing, source, tokenizer):
 
 def inspect(args):
   config = _config(args)
+  if args.max_seq_length is not None and examples_lib.is_built(config.source):
+    built = examples_lib.read_metadata(config.source)['max_seq_length']
+    if built != args.max_seq_length:
+      raise data.DataError(f'{config.source} was built with examples of {built} tokens: leave --max_seq_length out '
+                           'to inspect it')
   tokenizer = data.load_tokenizer(config)
   examples = data.load_examples(config, tokenizer, seed=args.seed)
   print(f'source: {config.source or "(quickstart corpus)"}  tokenizer: {tokenizer.model_file} '
