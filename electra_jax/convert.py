@@ -502,7 +502,12 @@ def import_hf(hf_dir: str, out: str, *, generator_dir: str | None = None, seed: 
   params = params_from_hf(model, read_hf_weights(hf_dir),
                           read_hf_weights(generator_dir) if generator_dir else None, seed=seed)
   has_tokenizer = any((fileio.path(hf_dir) / n).is_file() for n in TOKENIZER_FILES)
-  write_workdir(out, model_section, params, tokenizer_dir=hf_dir if has_tokenizer else generator_dir)
+  tokenizer_dir = hf_dir if has_tokenizer else generator_dir
+  if not _tokenizer_file(tokenizer_dir, None):
+    warnings.warn(f'{" and ".join(filter(None, (hf_dir, generator_dir)))} hold no tokenizer (tokenizer.model, '
+                  f'tokenizer.json or vocab.txt): copy the one the model was trained with into {out} before '
+                  'fine-tuning it or running detect', ConversionWarning)
+  write_workdir(out, model_section, params, tokenizer_dir=tokenizer_dir)
 
 
 def tf_vocab(tf_checkpoint: str, vocab: str | None = None) -> str:

@@ -208,6 +208,17 @@ def test_import_keeps_the_discriminator_embeddings_and_warns_when_they_differ(tm
                                 disc.electra.embeddings.LayerNorm.bias.detach().numpy())
 
 
+def test_import_without_a_tokenizer_says_so(tmp_path):
+  """It succeeded in silence, and detect or fine-tuning then found no tokenizer in the workdir."""
+  disc_dir, gen_dir = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
+  for name in convert.TOKENIZER_FILES:
+    (tmp_path / 'hf_disc' / name).unlink(missing_ok=True)
+  with pytest.warns(convert.ConversionWarning, match=f'^{disc_dir} and {gen_dir} hold no tokenizer .*: copy the one '
+                    f'the model was trained with into {tmp_path / "run"} before'):
+    convert.import_hf(disc_dir, str(tmp_path / 'run'), generator_dir=gen_dir)
+  assert pretrained.load_params(str(tmp_path / 'run'))[0].model.vocab_size == 100
+
+
 def test_import_refuses_a_tokenizer_of_another_size_before_writing(tmp_path, capsys):
   disc_dir, gen_dir = save_hf(tmp_path, *hf_models(*SIZES['E!=H']))
   (tmp_path / 'hf_disc' / 'vocab.txt').write_text('\n'.join(VOCAB + [f'extra{i}' for i in range(20)]) + '\n')
