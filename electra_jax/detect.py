@@ -12,12 +12,13 @@ saves) or WORKDIR/vocab.txt (WordPiece, what Google ships). The text is encoded 
 import argparse
 import functools
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import cli, data, fileio, pretrained
+from electra_jax import cli, data, fileio, objective, pretrained
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
 
@@ -62,12 +63,19 @@ class Detector:
                         '(python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = pretrained.load_params(workdir, step)
+    name = self.config.objective.name
+    if objective.get(name).discriminator_head != 'rtd':
+      raise DetectError(f'{workdir} was pre-trained with objective {name}, whose discriminator predicts masked '
+                        'words, not replaced ones: detect needs a replaced-token detection run (objective electra, '
+                        'its default)')
 
   def __call__(self, text: str) -> list[dict]:
     """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the model's longest sequence."""
     ids, tokens = self.tokenizer.encode(text)
     limit = self.config.model.max_position_embeddings
     if len(ids) > limit:  # keep [SEP] last, as the model saw in pre-training
+      print(f'note: the text is {len(ids)} tokens with [CLS] and [SEP]; the model reads {limit}: only the first '
+            f'{limit - 1} and [SEP] are shown', file=sys.stderr)
       ids, tokens = ids[:limit - 1] + ids[-1:], tokens[:limit - 1] + tokens[-1:]
     length = min(limit, -(-len(ids) // LENGTH_BUCKET) * LENGTH_BUCKET)
     padded = np.zeros((1, length), np.int32)  # padding is masked out of attention: it changes no probability

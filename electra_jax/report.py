@@ -109,9 +109,10 @@ def _duration(seconds: float) -> str:
 
 
 def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: int, step: int, train_steps: int,
-                        seconds: float, checkpoint: str | None) -> str:
+                        seconds: float, checkpoint: str | None, detects: bool = True) -> str:
   """The lines a pre-training run ends with: its final metrics, steps and wall time, the newest checkpoint, and the
-  commands to run next with `workdir` filled in (fine-tune, detect, convert, plot; resume if it stopped early)."""
+  commands to run next with `workdir` filled in (fine-tune, convert, plot, and detect if the run `detects` replaced
+  tokens; resume if it stopped early)."""
   w = shlex.quote(str(workdir))
   shown = '  '.join(f'{k} {metrics[k]:.4g}' for k in SUMMARY_METRICS if k in metrics)
   finished = step >= train_steps
@@ -123,10 +124,11 @@ def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: 
   lines.append(f'  metrics: {workdir}/metrics.jsonl')
   if not finished:
     lines.append('resume: run the same command again')
+  lines += ['next:', f'  python -m electra_jax.plot {w} --output=curves.png   # plot the training curves']
+  if detects:
+    lines.append(f'  python -m electra_jax.detect --checkpoint {w} "the chef ate the meal"   # replaced-token '
+                 'probabilities')
   lines += [
-      'next:',
-      f'  python -m electra_jax.plot {w} --output=curves.png   # plot the training curves',
-      f'  python -m electra_jax.detect --checkpoint {w} "the chef ate the meal"   # replaced-token probabilities',
       f'  python -m electra_jax.main --config=configs/finetune.py --config.task=TASK --config.init_checkpoint={w} '
       f'--workdir={shlex.quote(str(workdir).rstrip("/") + "_TASK")}   # TASK: a GLUE name or a directory of '
       'train/dev .tsv files',

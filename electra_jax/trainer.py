@@ -154,7 +154,8 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     checkpointer.close()
     profiler.close()  # last: a failed upload of the trace (gs://) must not leave a checkpoint unwritten
   report.print_pretraining_summary(workdir, log.last, start_step=start, step=step, train_steps=c.train_steps,
-                                   seconds=time.time() - started, checkpoint=checkpointer.directory / str(step))
+                                   seconds=time.time() - started, checkpoint=checkpointer.directory / str(step),
+                                   detects=objective.get(c.objective.name).discriminator_head == 'rtd')
   return log.last
 
 

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from electra_jax import config as config_lib, data, detect, optimizer, pretrained
+from electra_jax import config as config_lib, data, detect, objective, optimizer, pretrained
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.model import Electra
 from electra_jax.train_step import TrainState
@@ -24,11 +25,15 @@ MODEL = dict(embedding_size=16, hidden_size=32, num_layers=1, num_heads=2, inter
 def own_run(tmp_path_factory, corpus_file, cache_dir):
   """A workdir laid out as the trainer writes it (config.json with model.vocab_size 0, tokenizer.model,
   checkpoints/7/) holding a random tiny model; returns (workdir, tokenizer, params)."""
+  return _write_run(str(tmp_path_factory.mktemp('run')), corpus_file, cache_dir)
+
+
+def _write_run(workdir, corpus_file, cache_dir, objective_name='electra'):
   tokenizer = data.load_tokenizer(data.DataConfig(source=corpus_file, vocab_size=60, cache_dir=cache_dir))
-  workdir = str(tmp_path_factory.mktemp('run'))
   config = default.get_config()
   config.model.update(MODEL)
   config.data.update(source=corpus_file, vocab_size=60, cache_dir=cache_dir, max_seq_length=24)
+  config.objective.name = objective_name
   with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(config.to_dict(), f)
   shutil.copyfile(tokenizer.model_file, os.path.join(workdir, 'tokenizer.model'))
@@ -36,7 +41,7 @@ def own_run(tmp_path_factory, corpus_file, cache_dir):
   rng = np.random.default_rng(0)
   params = jax.tree_util.tree_map_with_path(  # LayerNorm scales near 1, so the tokens stay distinguishable
       lambda path, s: jnp.asarray((path[-1].key == 'scale') + rng.normal(0, 0.3, s.shape), jnp.float32),
-      pretrained.abstract_params(Electra(c.model)))
+      pretrained.abstract_params(objective.get(objective_name).model(c.model)))
   tx, _ = optimizer.make_optimizer(c.optimizer, c.train_steps)
   checkpointer = Checkpointer(workdir)
   state = TrainState(jnp.asarray(7, jnp.int32), params, jax.jit(tx.init)(params))
@@ -75,9 +80,26 @@ def test_table_lists_tokens_aligned_with_probabilities(own_run, capsys):
     assert line[column:column + 10].strip() == f'{row["p_replaced"]:.4f}'
 
 
-def test_long_text_is_cut_to_the_position_table(own_run):
+def test_long_text_is_cut_to_the_position_table_and_says_so(own_run, capsys):
   rows = detect.Detector(own_run[0])(' '.join(['the cat sat on the mat'] * 20))
   assert len(rows) == MODEL['max_position_embeddings'] and rows[-1]['token'] == '[SEP]'
+  assert re.fullmatch(r'note: the text is \d+ tokens with \[CLS\] and \[SEP\]; the model reads 24: only the first '
+                      r'23 and \[SEP\] are shown\n', capsys.readouterr().err)
+  detect.Detector(own_run[0])('the cat sat')
+  assert capsys.readouterr().err == ''
+
+
+def test_a_run_without_a_replaced_token_head_is_one_line(tmp_path, corpus_file, cache_dir, capsys):
+  """An MLM run (BERT) has no replaced-token head: a flax error about a missing parameter before."""
+  workdir = str(tmp_path / 'mlm')
+  os.mkdir(workdir)
+  _write_run(workdir, corpus_file, cache_dir, 'mlm')
+  with pytest.raises(SystemExit) as exit_info:
+    detect.main(['--checkpoint', workdir, 'the cat'])
+  assert exit_info.value.code == 1
+  assert capsys.readouterr().err == (f'error: {workdir} was pre-trained with objective mlm, whose discriminator '
+                                     'predicts masked words, not replaced ones: detect needs a replaced-token '
+                                     'detection run (objective electra, its default)\n')
 
 
 # Google's and older transformers' model directories hold vocab.txt; transformers 5 saves tokenizer.json only.
