@@ -59,8 +59,8 @@ class Detector:
 
   def __init__(self, workdir: str, step: int | None = None):
     if not fileio.path(workdir).is_dir():
-      raise DetectError(f'{workdir} does not exist: give the workdir of a pre-training run or of an import '
-                        '(python -m electra_jax.convert)')
+      raise DetectError(f'{workdir} {"is not a directory" if fileio.path(workdir).exists() else "does not exist"}: '
+                        'give the workdir of a pre-training run or of an import (python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = pretrained.load_params(workdir, step)
     name = self.config.objective.name
@@ -70,12 +70,17 @@ class Detector:
                         'its default)')
 
   def __call__(self, text: str) -> list[dict]:
-    """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the model's longest sequence."""
+    """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the length the model was trained on
+    (data.max_seq_length: the positions beyond it had no gradient; an import records 128, or fewer positions)."""
+    try:
+      text.encode('utf-8')
+    except UnicodeEncodeError:  # undecodable bytes in argv arrive as lone surrogates
+      raise DetectError('the text is not UTF-8: convert it first (e.g. iconv -f latin1 -t utf-8)') from None
     ids, tokens = self.tokenizer.encode(text)
-    limit = self.config.model.max_position_embeddings
+    limit = min(self.config.model.max_position_embeddings, self.config.data.max_seq_length)
     if len(ids) > limit:  # keep [SEP] last, as the model saw in pre-training
-      print(f'note: the text is {len(ids)} tokens with [CLS] and [SEP]; the model reads {limit}: only the first '
-            f'{limit - 1} and [SEP] are shown', file=sys.stderr)
+      print(f'note: the text is {len(ids)} tokens with [CLS] and [SEP]; the model was trained on {limit}: only the '
+            f'first {limit - 1} and [SEP] are shown', file=sys.stderr)
       ids, tokens = ids[:limit - 1] + ids[-1:], tokens[:limit - 1] + tokens[-1:]
     length = min(limit, -(-len(ids) // LENGTH_BUCKET) * LENGTH_BUCKET)
     padded = np.zeros((1, length), np.int32)  # padding is masked out of attention: it changes no probability

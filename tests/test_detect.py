@@ -83,10 +83,26 @@ def test_table_lists_tokens_aligned_with_probabilities(own_run, capsys):
 def test_long_text_is_cut_to_the_position_table_and_says_so(own_run, capsys):
   rows = detect.Detector(own_run[0])(' '.join(['the cat sat on the mat'] * 20))
   assert len(rows) == MODEL['max_position_embeddings'] and rows[-1]['token'] == '[SEP]'
-  assert re.fullmatch(r'note: the text is \d+ tokens with \[CLS\] and \[SEP\]; the model reads 24: only the first '
-                      r'23 and \[SEP\] are shown\n', capsys.readouterr().err)
+  assert re.fullmatch(r'note: the text is \d+ tokens with \[CLS\] and \[SEP\]; the model was trained on 24: only '
+                      r'the first 23 and \[SEP\] are shown\n', capsys.readouterr().err)
   detect.Detector(own_run[0])('the cat sat')
   assert capsys.readouterr().err == ''
+
+
+def test_text_is_cut_to_the_length_the_model_was_trained_on(own_run, tmp_path):
+  """Positions beyond data.max_seq_length had no gradient: their probabilities would come from random weights."""
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(own_run[0], workdir)
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    values = json.load(f)
+  values['data']['max_seq_length'] = 16  # of the 24 positions
+  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(values, f)
+  detector = detect.Detector(workdir)
+  rows = detector(' '.join(['the cat sat on the mat'] * 20))
+  assert len(rows) == 16 and rows[-1]['token'] == '[SEP]'
+  with pytest.raises(detect.DetectError, match='^the text is not UTF-8'):
+    detector('caf\udce9')  # argv's b'caf\xe9' as Python decodes it: a TypeError from the tokenizer before
 
 
 def test_a_run_without_a_replaced_token_head_is_one_line(tmp_path, corpus_file, cache_dir, capsys):
