@@ -25,12 +25,12 @@ FILE = 'metrics.jsonl'
 
 
 def read(path) -> list[dict]:
-  """The records of metrics.jsonl `path`, in order (a line cut short by a crash is skipped)."""
+  """The records of metrics.jsonl `path`, in order (a line cut short by a crash, or damaged, is skipped)."""
   records = []
-  for line in fileio.path(path).read_text(encoding='utf-8').splitlines():
+  for line in fileio.path(path).read_bytes().splitlines():
     try:
       record = json.loads(line)
-    except ValueError:
+    except ValueError:  # UnicodeDecodeError too
       continue
     if isinstance(record, dict) and 'step' in record:
       records.append(record)

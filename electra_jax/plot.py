@@ -69,21 +69,27 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def choose_metrics(runs: dict[str, list[dict]], wanted: list[str] | None = None) -> list[str]:
-  """The metrics to plot: `wanted` (each must be logged by some run), else DEFAULT_METRICS that some run logged,
-  else every numeric key but the held-out eval_M of a logged M (drawn dashed in M's panel)."""
-  logged = {k for records in runs.values() for r in records for k, v in r.items()
-            if k not in NOT_METRICS and isinstance(v, (int, float))}
+  """The metrics to plot: `wanted` (each must be logged by some run), else DEFAULT_METRICS that some run logged
+  (itself, or its held-out eval_M alone: M's panel draws it dashed) and the scores of a split (fine-tuning's
+  'dev/accuracy'), else every numeric key but the held-out eval_M of a logged M (drawn dashed in M's panel)."""
+  numeric = {k for records in runs.values() for r in records for k, v in r.items() if isinstance(v, (int, float))}
   if wanted:
-    missing = [m for m in wanted if m not in logged]
+    missing = [m for m in wanted if m not in numeric]
     if missing:
-      raise PlotError(f'no run logged {", ".join(missing)}; they logged {", ".join(sorted(logged))}')
+      raise PlotError(f'no run logged {", ".join(missing)}; they logged {", ".join(sorted(numeric))}')
     return list(wanted)
-  own_panel = {m for m in logged if not (m.startswith(HELD_OUT) and m[len(HELD_OUT):] in logged)}
-  return [m for m in DEFAULT_METRICS if m in logged] or sorted(own_panel)
+  logged = numeric - set(NOT_METRICS)
+  usual = [m for m in DEFAULT_METRICS if m in logged or HELD_OUT + m in logged]
+  if usual:
+    return usual + sorted(m for m in logged if '/' in m)
+  return sorted(m for m in logged if not (m.startswith(HELD_OUT) and m[len(HELD_OUT):] in logged))
 
 
 def plot(runs: dict[str, list[dict]], metrics: list[str], x: str = 'step', columns: int = 3) -> Figure:
   """A figure with one panel per metric and, in each, one line per run of `runs` ({label: records})."""
+  without = [label for label, records in runs.items() if not any(x in r for r in records)]
+  if without:
+    raise PlotError(f'{", ".join(without)} logged no {x} (fine-tuning logs steps only): use --x=step')
   rows = math.ceil(len(metrics) / columns)
   figure = Figure(figsize=(4.5 * min(columns, len(metrics)), 3.2 * rows + 0.6), layout='constrained')
   axes = figure.subplots(rows, min(columns, len(metrics)), squeeze=False).ravel()
@@ -136,7 +142,7 @@ def main(argv=None):
     figure = plot(runs, metrics, x=args.x)
     with fileio.atomic_writer(args.output) as f:
       figure.savefig(f, format=os.path.splitext(args.output)[1][1:] or 'png', dpi=110)
-  except (PlotError, ValueError) as e:
+  except ValueError as e:  # PlotError too
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
   except fileio.storage_errors() as e:

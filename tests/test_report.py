@@ -35,6 +35,10 @@ def test_summary_of_a_stopped_run_says_how_to_resume():
                                     checkpoint='/tmp/w/checkpoints/250')
   assert text.startswith('pre-training stopped at step 250 of 1000 (50 steps in 1 h 02 min 05 s with start-up)\n')
   assert 'final metrics' not in text and 'resume: run the same command again' in text
+  # An MLM run has no replaced-token head: no detect command (it suggested one that then failed).
+  mlm = report.pretraining_summary('/tmp/w', {}, start_step=0, step=9, train_steps=9, seconds=1, checkpoint=None,
+                                   detects=False)
+  assert 'electra_jax.plot' in mlm and 'electra_jax.detect' not in mlm and 'electra_jax.convert' in mlm
 
 
 def _write_metrics(directory, records):
@@ -194,3 +198,22 @@ def test_help_says_what_the_command_does_and_lists_every_config():
                     if name.endswith('.py') and name not in ('__init__.py', 'gpu.py'))  # gpu.py: the :gpu presets
   assert runnable and all(name in usage for name in runnable), runnable
   assert 'NAME.py:gpu' in usage
+
+
+def test_plot_chooses_what_fine_tuning_and_held_out_only_files_logged(tmp_path, capsys):
+  """Fine-tuning's dev scores and a file of held-out rows alone get their panels (the usual names hid them), any
+  logged key may be asked for, an x axis a run never logged is one line (it drew empty panels), and a damaged
+  line is skipped (one bad byte stopped the plot)."""
+  tuned = {'seed_0': [{'step': s, 'loss': 1.0 / s, 'learning_rate': 1e-4, 'tokens_per_second': 9.0} for s in (1, 2)]}
+  tuned['seed_0'][-1]['dev/accuracy'] = 0.75
+  assert plot.choose_metrics(tuned) == ['loss', 'learning_rate', 'dev/accuracy']
+  held_out = {'e': [{'step': 5, 'train_flops': 1e12, 'eval_loss': 3.0, 'eval_disc_recall': 0.5, 'eval_disc_auc': 0.7}]}
+  assert plot.choose_metrics(held_out) == ['loss', 'disc_recall', 'eval_disc_auc']
+  (panel, *_), = [[ax for ax in plot.plot(held_out, ['loss']).axes if ax.get_visible()]]
+  assert [line.get_linestyle() for line in panel.get_lines()] == ['--']  # eval_loss, dashed in loss's panel
+  assert plot.choose_metrics(tuned, ['tokens_per_second']) == ['tokens_per_second']
+  with pytest.raises(plot.PlotError, match='^seed_0 logged no train_flops'):
+    plot.plot(tuned, ['loss'], x='train_flops')
+  path = tmp_path / 'metrics.jsonl'
+  path.write_bytes(b'{"step": 1, "loss": 2.0}\n\xff\xfe garbage\n{"step": 2, "loss": 1.0}\n')
+  assert [r['step'] for r in plot.read_metrics(str(path))] == [1, 2]
