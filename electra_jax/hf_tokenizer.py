@@ -7,8 +7,8 @@ needed to export):
 
 - SentencePiece (unigram or BPE): the model's pieces and scores, its normaliser (the precompiled NFKC character
   map), whitespace as '▁' with a leading one (SentencePiece's dummy prefix), and lower-casing first when ours
-  lower-cases. Pieces never span a space (SentencePiece's split_by_whitespace), so splitting at spaces first, as
-  the Metaspace pre-tokenizer does, changes nothing.
+  lower-cases (as Python's str.lower: a word-final 'Σ' becomes 'ς'). Pieces never span a space (SentencePiece's
+  split_by_whitespace), so splitting at spaces first, as the Metaspace pre-tokenizer does, changes nothing.
 - WordPiece: the `tokenizers` pipeline `WordPieceTokenizer` already runs (BERT's normaliser and pre-tokenizer).
 
 Text that spells a special token ("[MASK]") is that token, as in transformers' own tokenizers; our WordPiece and
@@ -29,6 +29,9 @@ SPACE = '\u2581'  # '▁': SentencePiece's visible space
 # SentencePiece's ModelProto: trainer_spec.model_type and the piece types that are special.
 UNIGRAM, BPE = 1, 2
 CONTROL, USER_DEFINED = 3, 4
+# A capital sigma that ends a word, as Unicode's Final_Sigma context defines it: Python's str.lower(), which our
+# SentencePiece tokenizers lower-case with, makes it 'ς'; the `tokenizers` Lowercase maps characters alone ('σ').
+FINAL_SIGMA = r'(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})'
 
 
 def _sentencepiece(tokenizer: SentencePieceTokenizer) -> tokenizers.Tokenizer:
@@ -48,7 +51,8 @@ def _sentencepiece(tokenizer: SentencePieceTokenizer) -> tokenizers.Tokenizer:
     raise DataError(f'{tokenizer.model_file!r} is a SentencePiece model of type {proto.trainer_spec.model_type}; '
                      'the Hugging Face export handles unigram and BPE models')
   hf = tokenizers.Tokenizer(model)
-  steps = [normalizers.Lowercase()] if tokenizer.lowercase else []
+  steps = [normalizers.Replace(tokenizers.Regex(FINAL_SIGMA), 'ς'), normalizers.Lowercase()] if tokenizer.lowercase \
+      else []
   if proto.normalizer_spec.precompiled_charsmap:
     steps.append(normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap))
   # SentencePiece drops leading and trailing whitespace and keeps one space of each run.

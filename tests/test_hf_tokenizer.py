@@ -58,6 +58,22 @@ def test_auto_tokenizer_encodes_as_we_do(lines, tmp_path, kind, lowercase, vocab
   assert theirs('the [MASK] sat')['input_ids'].count(ours.special.mask) == 1  # a special token in text is itself
 
 
+@pytest.mark.parametrize('kind', ['unigram', 'bpe'])
+def test_uncased_export_lowercases_a_final_sigma_as_we_do(tmp_path, kind):
+  """str.lower() makes a word-final 'Σ' 'ς' (Unicode's Final_Sigma, across an apostrophe or a period too); the
+  tokenizers library's Lowercase made it 'σ', so the export split the default (uncased SentencePiece) tokenizer's
+  Greek words differently."""
+  words = 'σοφος ας οδυσσευς λογος τελος σας εσυ ος σ ς'.split()
+  rng = random.Random(0)
+  ours = tokenizer_lib.train([' '.join(rng.choice(words) for _ in range(8)) for _ in range(300)],
+                             str(tmp_path / 'ours'), vocab_size=25, kind=kind, lowercase=True)
+  hf_tokenizer.save(ours, tmp_path / 'hf', max_length=128)
+  theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
+  texts = ['ΣΟΦΟΣ', 'ΤΕΛΟΣ, ΛΟΓΟΣ.', "ΑΣ'Β", 'Α.Σ', 'ΑΣ.Β', 'Σ ΣΑΣ', 'ΟΔΥΣΣΕΥΣ ΚΑΙ ΕΣΥ', 'ΟΣ\u0301 ΣΟΦΟΣ']
+  assert 'ς' in ''.join(t.lower() for t in texts)
+  assert theirs(texts)['input_ids'] == [our_ids(ours, t)[0] for t in texts]
+
+
 @pytest.mark.slow
 def test_export_of_a_sentencepiece_workdir_loads_with_auto_tokenizer(lines, tmp_path):
   """The command line's export: AutoTokenizer loads both models' tokenizers, and an import reads it back."""
