@@ -12,7 +12,8 @@ needed to export):
 - WordPiece: the `tokenizers` pipeline `WordPieceTokenizer` already runs (BERT's normaliser and pre-tokenizer).
 
 Text that spells a special token ("[MASK]") is that token, as in transformers' own tokenizers; our WordPiece and
-uncased SentencePiece tokenizers read it as text (the pieces of "[", "mask", "]").
+uncased SentencePiece tokenizers read it as text (the pieces of "[", "mask", "]"), a cased SentencePiece one reads
+[CLS], [SEP] and [MASK] as themselves after a '▁' piece, and [PAD] as text.
 """
 
 
@@ -50,6 +51,12 @@ def _sentencepiece(tokenizer: SentencePieceTokenizer) -> tokenizers.Tokenizer:
   else:
     raise DataError(f'{tokenizer.model_file!r} is a SentencePiece model of type {proto.trainer_spec.model_type}; '
                      'the Hugging Face export handles unigram and BPE models')
+  spec = proto.normalizer_spec
+  if not (spec.add_dummy_prefix and spec.remove_extra_whitespaces and proto.trainer_spec.split_by_whitespace):
+    raise DataError(f'{tokenizer.model_file!r} was trained with add_dummy_prefix={spec.add_dummy_prefix}, '
+                    f'remove_extra_whitespaces={spec.remove_extra_whitespaces}, split_by_whitespace='
+                    f'{proto.trainer_spec.split_by_whitespace}; the Hugging Face export handles models with all '
+                    'three on (SentencePiece\'s defaults, what electra_jax trains)')
   hf = tokenizers.Tokenizer(model)
   steps = [normalizers.Replace(tokenizers.Regex(FINAL_SIGMA), 'ς'), normalizers.Lowercase()] if tokenizer.lowercase \
       else []

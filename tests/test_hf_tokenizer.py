@@ -89,3 +89,18 @@ def test_export_of_a_sentencepiece_workdir_loads_with_auto_tokenizer(lines, tmp_
                     generator_dir=str(tmp_path / 'hf' / 'generator'))
   back = tokenizer_lib.load(str(tmp_path / 'back'))
   assert (back.kind, back.lowercase, back.model_bytes) == ('sentencepiece', True, ours.model_bytes)
+
+
+@pytest.mark.parametrize('field', ['normalizer_spec.add_dummy_prefix', 'normalizer_spec.remove_extra_whitespaces',
+                                   'trainer_spec.split_by_whitespace'])
+def test_a_sentencepiece_model_the_export_cannot_match_is_refused(lines, tmp_path, field):
+  """Another tool's model with one of these off: the export assumed them on and split text otherwise, in silence."""
+  from sentencepiece import sentencepiece_model_pb2  # noqa: PLC0415
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(tokenizer_lib.train(lines, str(tmp_path / 'ours'), vocab_size=70).model_bytes)
+  spec, name = field.split('.')
+  setattr(getattr(proto, spec), name, False)
+  (tmp_path / 'theirs.model').write_bytes(proto.SerializeToString())
+  with pytest.raises(tokenizer_lib.DataError, match=f'{name}=False.*the Hugging Face export handles models with all '
+                     'three on'):
+    hf_tokenizer.to_hf(tokenizer_lib.load(str(tmp_path / 'theirs.model')))
