@@ -133,6 +133,19 @@ def test_wordpiece_reads_text_as_the_official_tokenizer_does(tmp_path):
   assert ids[2] == [1]
 
 
+@pytest.mark.parametrize('tokens, message', [
+    (['[PAD]', '[UNK]', '', '[CLS]', '[SEP]', '[MASK]', 'the'], 'line 3 is blank'),
+    (['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'the'], "'the' is on lines 6 and 8"),
+])
+def test_a_vocab_txt_numbered_otherwise_than_bert_is_refused(tmp_path, tokens, message):
+  """BERT gives line N id N-1: skipping a blank line, or a token's second line, gave later tokens other ids than the
+  model's embedding rows (a silently wrong import). Blank lines at the end are only the file's end."""
+  with pytest.raises(DataError, match=f'{message}; BERT numbers every line'):
+    tokenizer_lib.load(_write_vocab(tmp_path / 'vocab.txt', tokens))
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', '', '']
+  assert tokenizer_lib.load(_write_vocab(tmp_path / 'vocab.txt', tokens)).vocab_size == 6
+
+
 def test_vocab_without_special_tokens(tmp_path):
   path = _write_vocab(tmp_path / 'vocab.txt', ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'the', 'cat'])
   with pytest.raises(DataError, match=r"lacks the special tokens \['\[MASK\]'\]"):

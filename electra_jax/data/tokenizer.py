@@ -200,10 +200,18 @@ def _read_vocab(path: str, content: bytes) -> dict[str, int]:
     tokens = [line.rstrip('\r') for line in content.decode('utf-8').split('\n')]
   except UnicodeDecodeError:
     raise DataError(f'{path!r} is not a WordPiece vocab.txt (not UTF-8 text)') from None
+  while tokens and not tokens[-1]:
+    tokens.pop()
+  # BERT's and transformers' readers give line N id N-1, a blank line and a repeated token included: skipping either
+  # would give every later token another id than the model's embedding row.
   vocab = {}
-  for token in tokens:
-    if token:
-      vocab.setdefault(token, len(vocab))
+  for line, token in enumerate(tokens, 1):
+    if not token:
+      raise DataError(f'{path!r}: line {line} is blank; BERT numbers every line, so the ids of the tokens after it '
+                      'would not be the model\'s: put a token on it (e.g. [unused]) or remove it')
+    if vocab.setdefault(token, line - 1) != line - 1:
+      raise DataError(f'{path!r}: {token!r} is on lines {vocab[token] + 1} and {line}; BERT numbers every line, so '
+                      'one token would have two ids: keep one (and rename the other, e.g. [unused])')
   if not vocab:
     raise DataError(f'WordPiece vocabulary {path!r} is empty')
   return vocab
