@@ -4,7 +4,8 @@ trace of steps run on a GPU (`bench/step_throughput.py --profile=N`).
 
 Every instruction of the compiled program carries the jax operation it came from (`op_name`), and the step names its
 parts with `jax.named_scope` ('masking', 'sampling', 'optimizer'); the model's operations carry the Flax module path
-(`generator/encoder/layer_3/...`), and its dropout draws the name of a `Dropout` module; the rest of the step is its
+(`generator/encoder/layer_3/...`), and its dropout the name of a `Dropout` module or of the tower's `tower_keep`
+(its layers' masks in one draw); the rest of the step is its
 loss and metrics. `group` maps an op_name onto GROUPS. A kernel is what the GPU launches: a fusion, a library call
 (cuBLAS, cuDNN, a Triton kernel: `custom-call`), or one of the few instructions XLA runs unfused (sort, scatter,
 copy, a collective); instructions inside a `while` loop launch once per iteration.
@@ -33,7 +34,7 @@ def group(op_name: str) -> str:
     return 'sampling'
   if 'masking' in op_name:
     return 'masking'
-  if re.search(r'/Dropout_\d+/', op_name):
+  if re.search(r'/Dropout_\d+/|/dropout/|\.tower_keep/', op_name):  # a layer's, the embeddings', a tower's masks
     return 'dropout'
   if re.search(r'Electra\.|/(generator|discriminator|embeddings)[/.]', op_name):
     return 'model'
