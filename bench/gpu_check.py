@@ -331,6 +331,8 @@ class Check:
     if 'torch_step_seconds' in result:
       text += (f'; torch {result["torch_step_seconds"] * 1e3:.2f} ms/step, jax/torch '
                f'{result["torch_step_seconds"] / result["step_seconds"]:.2f}x')
+    if 'profile_error' in result:
+      text += f'; profile failed: {result["profile_error"]}'
     if 'profile_ms' in result:  # kernels' time summed per part of the step, against the step's time
       busy = sum(result['profile_ms'].values())
       text += ('; profile: ' + ', '.join(f'{g} {ms:.2f} ms' for g, ms in result['profile_ms'].items())

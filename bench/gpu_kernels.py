@@ -53,7 +53,8 @@ def timed_compile(jitted, args):
   return compiled, {'trace': t1 - t0, 'lower': t2 - t1, 'compile': t3 - t2}
 
 
-def describe(name: str, compiled, seconds: dict) -> str:
+def describe(name: str, compiled, seconds: dict, steps: int = 1) -> str:
+  """What the compiled program launches per call (of `steps` train steps)."""
   module = kernels.read(compiled.as_text())
   found = kernels.parse(module)
   lines = [f'{name}: trace {seconds["trace"]:.1f} s, lower {seconds["lower"]:.1f} s, XLA compile '
@@ -69,12 +70,16 @@ def describe(name: str, compiled, seconds: dict) -> str:
   per_group = collections.Counter()
   for i in found:
     per_group[kernels.group(i.op_name)] += least.get(i.name, 0.0) * i.count * 1e3
-  lines.append(f'  least time per step (an ESTIMATE, a lower bound: bytes at {bandwidth / 1e12:.2f} TB/s or matmul '
-               f'FLOPs at {gpu.peak_flops / 1e12:.0f} TFLOP/s per kernel, no launch cost): '
-               f'{sum(per_group.values()):.2f} ms; ' + ', '.join(f'{g} {ms:.2f}' for g, ms in per_group.most_common()))
+  total = sum(per_group.values())
+  lines.append(f'  least time per call (an ESTIMATE, a lower bound: bytes at {bandwidth / 1e12:.2f} TB/s or matmul '
+               f'FLOPs at {gpu.peak_flops / 1e12:.0f} TFLOP/s per kernel, no launch cost): {total:.2f} ms'
+               + (f' ({total / steps:.2f} ms a step)' if steps > 1 else '') + '; '
+               + ', '.join(f'{g} {ms:.2f}' for g, ms in per_group.most_common()))
   loops = [i for i in found if i.kind == 'while']
   for i in loops:
-    lines.append(f'  while loop {i.name}: {i.trips} iterations, from {i.op_name[-100:]}')
+    body = re.search(r'body=%?([\w.\-]+)', module.lines[i.name])
+    lines.append(f'  while loop {i.name}: {i.trips} iterations, from {i.op_name[-100:]}; each iteration: '
+                 f'{kernels.graphs(module, computation=body.group(1)) if body else "?"}')
   special = {
       'threefry (random bits) in': r'threefry|shift_right_logical.*xor|random_bits',
       'cumulative sum in': r'cumsum|reduce-window',
@@ -88,7 +93,7 @@ def describe(name: str, compiled, seconds: dict) -> str:
       launches = collections.Counter()
       for i in hits:
         launches[kernels.group(i.op_name)] += i.count
-      lines.append(f'  {label} {sum(launches.values())} launches: ' + ', '.join(
+      lines.append(f'  {label} {sum(launches.values())} launches per call: ' + ', '.join(
           f'{g} {n}' for g, n in launches.most_common()))
   return '\n'.join(lines)
 
@@ -120,7 +125,7 @@ def main(argv):
     with sharding.activate(mesh, c.mesh.rules), scaffold.threefry_kernels():  # as Pretraining.lower lowers it
       step, seconds = timed_compile(*run.jitted(k))
     dump('train_step', step)
-    print(describe('train step' if k == 1 else f'{k} train steps in one call', step, seconds), flush=True)
+    print(describe('train step' if k == 1 else f'{k} train steps in one call', step, seconds, k), flush=True)
   if _INIT.value:
     with scaffold.threefry_kernels():  # as Pretraining.init_state compiles it
       init, seconds = timed_compile(run._init.device, (run.abstract_key(),))  # pylint: disable=protected-access

@@ -142,8 +142,8 @@ def time_jax(c, batch, t0: float) -> dict:
           with open(os.path.join(trace, 'train_step.hlo.txt'), 'w', encoding='utf-8') as f:
             f.write(text)
         module = kernels.read(text)
-        ops = kernels.timed_ops(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True)[0], module,
-                                _PROFILE.value * k)
+        newest = max(glob.glob(os.path.join(trace, '**', '*.xplane.pb'), recursive=True), key=os.path.getmtime)
+        ops = kernels.timed_ops(newest, module, _PROFILE.value * k)
         print(kernels.format_timed(ops), flush=True)
         rows = []
         if peak := peak_flops_per_device(c.model.dtype):
@@ -157,7 +157,8 @@ def time_jax(c, batch, t0: float) -> dict:
                    'profile_least_ms': {kind: [round(ms, 4), round(least, 4)]
                                         for kind, (ms, least) in kernels.by_kind(rows).items()}}
     except Exception as e:  # pylint: disable=broad-except
-      print(f'profile failed: {type(e).__name__}: {str(e)[:300]}', flush=True)
+      profile = {'profile_error': f'{type(e).__name__}: {str(e)[:300]}'}
+      print(f'profile failed: {profile["profile_error"]}', flush=True)
   memory = jax.devices()[0].memory_stats() or {}
   return {'step_seconds': seconds, 'compile_seconds': compiled - start, 'init_seconds': initialised - compiled,
           'first_step_seconds': first - t0, 'call_seconds': float(np.median(calls)) / k, 'steps_per_call': k,

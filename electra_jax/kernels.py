@@ -109,7 +109,7 @@ def _kind(opcode: str, line: str) -> str:
     if 'triton' in target:
       return 'triton'
     return f'custom-call {target}'
-  if opcode in _FREE:
+  if opcode in _FREE or opcode.endswith(('-done', '-update')):  # an async op launches at its -start
     return ''
   return opcode.removesuffix('-start')
 
@@ -181,13 +181,14 @@ class Graphs:
             f'{self.alone} kernels launched alone; ended by: {ended or "nothing"}')
 
 
-def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False, unroll: bool = False) -> Graphs:
+def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False, unroll: bool = False,
+           computation: str = '') -> Graphs:
   """The CUDA graphs XLA:GPU would form from the ENTRY computation of a compiled program (its instructions are in
-  schedule order), by the rules above: consecutive graph-compatible commands, at least `min_size` of them
-  (--xla_gpu_graph_min_graph_size, 5 by default). A while loop is one command with `loops` (WHILE enabled) if all
-  it runs is graph-compatible (and, if it slices at its index, with `unroll`); otherwise it ends the graph before it
-  and its body is launched from the host at every iteration. An estimate of XLA's runtime pass from the compiled
-  text, not a reading of it."""
+  schedule order), or from `computation` (a while loop's body: its graphs, launched at every iteration), by the
+  rules above: consecutive graph-compatible commands, at least `min_size` of them (--xla_gpu_graph_min_graph_size,
+  5 by default). A while loop is one command with `loops` (WHILE enabled) if all it runs is graph-compatible (and,
+  if it slices at its index, with `unroll`); otherwise it ends the graph before it and its body runs as its own
+  graphs at every iteration. An estimate of XLA's runtime pass from the compiled text, not a reading of it."""
   module = read(hlo) if isinstance(hlo, str) else hlo
   sizes, alone, run, breakers = [], 0, 0, collections.Counter()
 
@@ -199,7 +200,7 @@ def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False, unroll: bo
       alone += run
     run = 0
 
-  for line in module.computations.get(module.entry, ('', []))[1]:
+  for line in module.computations.get(computation or module.entry, ('', []))[1]:
     kind = _graph_kind(module, line, loops, unroll)
     if kind is None:
       continue
@@ -315,7 +316,6 @@ class Timed:
 
 
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
-_DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
 
 
 def _stats(event) -> dict:
@@ -327,20 +327,28 @@ def _stats(event) -> dict:
 
 def timed_ops(xplane: str, hlo: str | Module, steps: int) -> list[Timed]:
   """The operations of a jax.profiler trace (`xplane`: its .xplane.pb) of `steps` steps of the program whose
-  compiled HLO text is `hlo`, with their time and launches per step, costliest first.
-
-  On a GPU: every kernel on the device's streams, named by the HLO instruction it ran for (`hlo_op`). On a CPU:
-  the operations XLA:CPU's threads ran (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them).
-  """
+  compiled HLO text is `hlo`, with their time and launches per step, costliest first (`timed_events`)."""
   import jax  # noqa: PLC0415  (the rest of this module reads text only)
+  return timed_events(jax.profiler.ProfileData.from_file(xplane).planes, hlo, steps)
+
+
+def timed_events(planes, hlo: str | Module, steps: int) -> list[Timed]:
+  """`timed_ops` of a trace's planes (each with .name and .lines, a line with .name and .events, an event with
+  .name, .duration_ns and .stats).
+
+  On a GPU: the kernels and copies on the first GPU's streams (its lines 'Stream #N(...)'; not the lines derived
+  from them, nor CUPTI's own overhead), named by the HLO instruction they ran for (`hlo_op`). On a CPU: the
+  operations XLA:CPU's threads ran (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them). A
+  ValueError if the trace holds none (on a GPU: CUPTI could not record the kernels).
+  """
+  planes = list(planes)
+  gpus = sorted((p for p in planes if p.name.startswith('/device:GPU')), key=lambda p: p.name)
+  chosen = [(p, True) for p in gpus[:1]] or [(p, False) for p in planes]  # one device's: each runs the step
   origin = where(hlo)
   ms, launches = collections.Counter(), collections.Counter()
-  for plane in jax.profiler.ProfileData.from_file(xplane).planes:
-    gpu = plane.name.startswith('/device:GPU')
+  for plane, gpu in chosen:
     for line in plane.lines:
-      if gpu and line.name.startswith(_DERIVED):  # these repeat the streams' kernels
-        continue
-      if not gpu and not line.name.startswith('tf_XLA'):  # XLA:CPU's thread pools; not the Python thread
+      if not line.name.startswith('Stream #' if gpu else 'tf_XLA'):  # not the Python thread on a CPU
         continue
       for event in line.events:
         if not gpu and event.name.startswith(_SKIP):
@@ -350,6 +358,10 @@ def timed_ops(xplane: str, hlo: str | Module, steps: int) -> list[Timed]:
         name = dotted if name not in origin and dotted in origin else name
         ms[name] += event.duration_ns / 1e6 / steps
         launches[name] += 1 / steps
+  if not ms:
+    raise ValueError(f'the trace holds no kernel of {gpus[0].name} (could CUPTI record them? see the log)' if gpus
+                     else 'the trace holds no XLA operation (on a CPU, set XLA_FLAGS=--xla_cpu_enable_xprof_traceme='
+                     'true)')
   return [Timed(name, group(origin.get(name, '')), t, launches[name], origin.get(name, ''))
           for name, t in ms.most_common()]
 
@@ -410,8 +422,11 @@ def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: floa
     operands = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
     body = module.fused(i.name)
     sliced = _sliced_bytes(body) if body else {}
-    moved = sum(sliced.get(k, _shape_bytes(module.shapes.get(n, ''))[0])
-                for k, n in enumerate([i.name, *operands], start=-1))
+    result = module.shapes.get(i.name, '')
+    if i.opcode.endswith('-start') and result.startswith('(('):  # ((its operands), its results, context)
+      result = _elements(result)[1]
+    moved = sliced.get(-1, _shape_bytes(result)[0]) + sum(
+        sliced.get(k, _shape_bytes(module.shapes.get(n, ''))[0]) for k, n in enumerate(operands))
     flops = 0.0
     if ' dot(' in body:
       flops = _dot_flops(body)
@@ -419,6 +434,19 @@ def roofline(hlo: str | Module, instructions: list[Instruction], bandwidth: floa
       flops = _dot_flops(line + '\n' + '\n'.join(f'%{o} = {module.shapes.get(o, "")} x()' for o in operands))
     out[i.name] = max(moved / bandwidth, flops / peak_flops)
   return out
+
+
+def _elements(shape: str) -> list[str]:
+  """The elements of a tuple type, e.g. '((f32[2]), f32[1], u32[])' -> ['(f32[2])', 'f32[1]', 'u32[]']."""
+  elements, depth, start = [], 0, 1
+  for index, char in enumerate(shape):
+    depth += {'(': 1, '[': 1, '{': 1, ')': -1, ']': -1, '}': -1}.get(char, 0)
+    if (char == ',' and depth == 1) or depth == 0:
+      elements.append(shape[start:index].strip())
+      start = index + 1
+    if depth == 0:
+      break
+  return elements
 
 
 def _sliced_bytes(body: str) -> dict[int, int]:

@@ -2,6 +2,7 @@
 
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -175,6 +176,56 @@ def test_time_by_group_sums_each_part_of_the_step_costliest_first():
   assert list(kernels.by_group(ops)) == ['model', 'optimizer', 'other']
 
 
+# jax 0.11's XLA:GPU runs some fusions asynchronously: a fusion-start (its result: ((operands), results, context))
+# launches the kernel, its fusion-done only waits for it.
+ASYNC_HLO = """HloModule m, entry_computation_layout={()->()}
+
+%fused_slice (p0: f32[4,8]) -> f32[1,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  ROOT %slice.1 = f32[1,8]{1,0} slice(%p0), slice={[0:1], [0:8]}
+}
+
+ENTRY %main (a: f32[4,8]) -> f32[1,8] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %fusion-start = ((f32[4,8]{1,0}), f32[1,8]{1,0}, u32[]) fusion-start(%a), kind=kLoop, calls=%fused_slice, metadata={op_name="jit(f)/masking/slice"}
+  ROOT %fusion-done = f32[1,8]{1,0} fusion-done(%fusion-start), metadata={op_name="jit(f)/masking/slice"}
+}
+"""
+
+
+def test_an_async_fusion_is_one_kernel_of_its_slice_and_result():
+  """One launch, not two; it moves the row it slices (32 bytes) and the row it writes (32), not its result tuple's
+  copy of the operand (128 more)."""
+  (start,) = kernels.parse(ASYNC_HLO)
+  assert (start.name, start.kind, start.count, kernels.group(start.op_name)) == ('fusion-start', 'fusion', 1,
+                                                                                 'masking')
+  assert kernels.roofline(ASYNC_HLO, [start], 1.0, 1.0) == {'fusion-start': 64.0}
+
+
+def _trace(*planes):
+  """A profiler trace's planes as jax.profiler.ProfileData gives them: {plane: {line: [(event, ns, stats)]}}."""
+  return [SimpleNamespace(name=plane, lines=[
+      SimpleNamespace(name=line, events=[SimpleNamespace(name=e, duration_ns=ns, stats=list(stats.items()))
+                                         for e, ns, stats in events]) for line, events in lines.items()])
+          for plane, lines in planes]
+
+
+def test_a_gpu_trace_is_read_from_the_first_gpus_streams():
+  """2 steps traced: the kernels and copies on GPU 0's streams, named by their hlo_op; not the lines derived from
+  them, nor CUPTI's overhead, nor GPU 1's copy of the step (each was summed in)."""
+  streams = {'Stream #7(Kernel)': [('fused_slice', 2_000_000, {'hlo_op': 'fusion-start'})] * 2,
+             'Stream #8(MemcpyD2D)': [('MemcpyD2D', 1_000_000, {})],
+             'XLA Ops': [('fusion-start', 2_000_000, {'hlo_op': 'fusion-start'})] * 2,
+             'CUPTI overhead': [('overhead', 9_000_000, {})]}
+  planes = _trace(('/host:CPU', {'tf_XLA': [('fusion-start', 5_000_000, {})]}), ('/device:GPU:1', streams),
+                  ('/device:GPU:0', streams))
+  assert kernels.timed_events(planes, ASYNC_HLO, 2) == [
+      kernels.Timed('fusion-start', 'masking', 2.0, 1.0, 'jit(f)/masking/slice'),
+      kernels.Timed('MemcpyD2D', 'other', 0.5, 0.5, '')]
+  with pytest.raises(ValueError, match='^the trace holds no kernel of /device:GPU:0 .could CUPTI record them'):
+    kernels.timed_events(_trace(('/device:GPU:0', {'XLA Ops': streams['XLA Ops']})), ASYNC_HLO, 2)
+
+
 def _graphs_hlo() -> str:
   """An ENTRY of 6 fusions, a threefry custom call, 2 fusions and a cuBLAS GEMM, a while loop, 5 fusions and a
   fusion of 600 operands."""
@@ -216,6 +267,9 @@ def test_graphs_are_runs_of_graph_compatible_kernels_ended_by_the_rest():
       '"custom_fusion_config":{"name":"dynamic_slice_fusion","kernel_index":0}}}')
   assert kernels.graphs(sliced_in_the_loop, loops=True).sizes == (6, 5)
   assert kernels.graphs(sliced_in_the_loop, loops=True, unroll=True).sizes == (6, 9)
+  # The loop's body, launched at every iteration: its one fusion is fewer than 5 commands, so launched alone.
+  assert (kernels.graphs(_graphs_hlo(), computation='body').alone, kernels.graphs(_graphs_hlo(), min_size=1,
+                                                                                   computation='body').sizes) == (1, (1,))
 
 
 @pytest.mark.parametrize('xla_flags, expected', [
