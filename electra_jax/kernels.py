@@ -318,6 +318,10 @@ class Timed:
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
 
 
+# A GPU plane's lines derived from its streams' kernels.
+_DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
+
+
 def _stats(event) -> dict:
   try:
     return {name: value for name, value in event.stats}
@@ -336,8 +340,9 @@ def timed_events(planes, hlo: str | Module, steps: int) -> list[Timed]:
   """`timed_ops` of a trace's planes (each with .name and .lines, a line with .name and .events, an event with
   .name, .duration_ns and .stats).
 
-  On a GPU: the kernels and copies on the first GPU's streams (its lines 'Stream #N(...)'; not the lines derived
-  from them, nor CUPTI's own overhead), named by the HLO instruction they ran for (`hlo_op`). On a CPU: the
+  On a GPU: the kernels and copies of the first GPU (the events of its lines 'Stream #N(...)', and any other event
+  naming the HLO instruction it ran for, `hlo_op`; not the lines derived from them, nor CUPTI's own overhead),
+  named by their `hlo_op`. On a CPU: the
   operations XLA:CPU's threads ran (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them). A
   ValueError if the trace holds none (on a GPU: CUPTI could not record the kernels).
   """
@@ -348,12 +353,16 @@ def timed_events(planes, hlo: str | Module, steps: int) -> list[Timed]:
   ms, launches = collections.Counter(), collections.Counter()
   for plane, gpu in chosen:
     for line in plane.lines:
-      if not line.name.startswith('Stream #' if gpu else 'tf_XLA'):  # not the Python thread on a CPU
+      if line.name.startswith(_DERIVED) if gpu else not line.name.startswith('tf_XLA'):  # not the Python thread
         continue
+      stream = line.name.startswith('Stream #')
       for event in line.events:
         if not gpu and event.name.startswith(_SKIP):
           continue
-        name = str(_stats(event).get('hlo_op', '') or event.name) if gpu else event.name
+        op = str(_stats(event).get('hlo_op', '')) if gpu else ''
+        if gpu and not (op or stream):  # CUPTI's overhead, say
+          continue
+        name = op or event.name
         dotted = re.sub(r'_(\d+)$', r'.\1', name)  # a kernel named after its fusion: loop_add_fusion_3
         name = dotted if name not in origin and dotted in origin else name
         ms[name] += event.duration_ns / 1e6 / steps

@@ -211,17 +211,18 @@ def _trace(*planes):
 
 
 def test_a_gpu_trace_is_read_from_the_first_gpus_streams():
-  """2 steps traced: the kernels and copies on GPU 0's streams, named by their hlo_op; not the lines derived from
-  them, nor CUPTI's overhead, nor GPU 1's copy of the step (each was summed in)."""
+  """2 steps traced: the kernels and copies on GPU 0's streams, and any event naming its HLO instruction (hlo_op);
+  not the lines derived from them, nor CUPTI's overhead, nor GPU 1's copy of the step (each was summed in)."""
   streams = {'Stream #7(Kernel)': [('fused_slice', 2_000_000, {'hlo_op': 'fusion-start'})] * 2,
              'Stream #8(MemcpyD2D)': [('MemcpyD2D', 1_000_000, {})],
              'XLA Ops': [('fusion-start', 2_000_000, {'hlo_op': 'fusion-start'})] * 2,
-             'CUPTI overhead': [('overhead', 9_000_000, {})]}
+             'CUPTI overhead': [('overhead', 9_000_000, {})],
+             'a line of another name': [('loop_add_fusion_3', 4_000_000, {'hlo_op': 'loop_add_fusion.3'})]}
   planes = _trace(('/host:CPU', {'tf_XLA': [('fusion-start', 5_000_000, {})]}), ('/device:GPU:1', streams),
                   ('/device:GPU:0', streams))
   assert kernels.timed_events(planes, ASYNC_HLO, 2) == [
       kernels.Timed('fusion-start', 'masking', 2.0, 1.0, 'jit(f)/masking/slice'),
-      kernels.Timed('MemcpyD2D', 'other', 0.5, 0.5, '')]
+      kernels.Timed('loop_add_fusion.3', 'other', 2.0, 0.5, ''), kernels.Timed('MemcpyD2D', 'other', 0.5, 0.5, '')]
   with pytest.raises(ValueError, match='^the trace holds no kernel of /device:GPU:0 .could CUPTI record them'):
     kernels.timed_events(_trace(('/device:GPU:0', {'XLA Ops': streams['XLA Ops']})), ASYNC_HLO, 2)
 
