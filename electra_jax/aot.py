@@ -95,7 +95,7 @@ class Report:
   loop: str = ''  # what the step loops over, if anything (the cost analysis then covers one iteration)
   fused_attention: int = 0  # cuDNN fused-attention custom calls in the compiled program (GPU)
   collectives: str = ''  # the cross-device ops in the compiled program, e.g. 'all-reduce x12'
-  kernels: str = ''  # what the compiled program launches per step (electra_jax.kernels.summary)
+  kernels: str = ''  # what the compiled program launches per call (electra_jax.kernels.summary)
   graphs: str = ''  # on a GPU, the CUDA graphs it would run in (electra_jax.kernels.graphs: an estimate)
 
 
@@ -138,12 +138,15 @@ def collectives(hlo: str) -> str:
 
 
 def pretraining_report(c: config_lib.TrainConfig, mesh) -> Report:
-  length = c.data.max_seq_length
-  loops = ([f'{c.grad_accum_steps} micro-batches'] if c.grad_accum_steps > 1 else []) + (
+  """The program the trainer runs: config.steps_per_call steps a call (tokens and FLOPs are a step's)."""
+  length, k = c.data.max_seq_length, c.steps_per_call
+  loops = ([f'{k} steps a call'] if k > 1 else []) + (
+      [f'{c.grad_accum_steps} micro-batches'] if c.grad_accum_steps > 1 else []) + (
       ['the layers'] if c.model.scan_layers else [])
-  return compile_report('pre-training', Pretraining(c, TRAINED_TOKENIZER_IDS, mesh).lower, devices=mesh.size,
-                        tokens=c.batch_size * length, model_flops=objective.train_flops_per_step(c),
-                        loop=' and '.join(loops))
+  run = Pretraining(c, TRAINED_TOKENIZER_IDS, mesh)
+  return compile_report('pre-training' + (f' ({k} steps a call)' if k > 1 else ''), lambda: run.lower(k),
+                        devices=mesh.size, tokens=c.batch_size * length,
+                        model_flops=objective.train_flops_per_step(c), loop=' and '.join(loops))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,12 +299,16 @@ def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, fin
   hw = chip(topology)
   devices = topology_devices(topology)
   c = load_config(cfg, 'gpu' if isinstance(hw, gpu_targets.Gpu) else 'tpu')
+  c.check_steps_per_call()  # as the trainer: its periods must be multiples of the steps a call
+  if finetune and finetune_length > c.model.max_position_embeddings:
+    raise ConfigError(f'--finetune_length={finetune_length} is more than the model\'s '
+                      f'{c.model.max_position_embeddings} positions: give at most that')
   mesh = sharding.make_mesh(c.mesh, devices)
   m = c.model
   print(f'{topology}: {len(devices)} x {devices[0].device_kind}, mesh {dict(mesh.shape)}; jax {jax.__version__}; '
         f'model {m.num_layers} layers H={m.hidden_size} E={m.embedding_size} vocab={m.vocab_size} dtype={m.dtype} '
         f'remat={m.remat} attention={m.attention}; batch {c.batch_size} x {c.data.max_seq_length}, '
-        f'grad_accum_steps {c.grad_accum_steps}',
+        f'grad_accum_steps {c.grad_accum_steps}, steps_per_call {c.steps_per_call}',
         flush=True)
   reports = [pretraining_report(c, mesh)]
   print(format_report(reports[0], hw), flush=True)

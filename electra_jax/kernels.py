@@ -49,7 +49,7 @@ class Instruction:
   opcode: str  # 'fusion', 'custom-call', 'sort', ...
   kind: str  # what it launches: 'fusion', 'cublas', 'cudnn', 'triton', 'custom-call', 'sort', ..., '' for none
   op_name: str  # the jax operation it came from
-  count: int  # launches per step (the trip counts of the loops around it multiplied)
+  count: int  # launches per call of the program (the trip counts of the loops around it multiplied)
   trips: int = 1  # a while loop's iterations (its known trip count)
 
 
@@ -115,7 +115,7 @@ def _kind(opcode: str, line: str) -> str:
 
 
 def parse(hlo: str | Module) -> list[Instruction]:
-  """The kernel-launching instructions of a compiled HLO module, with their launches per step.
+  """The kernel-launching instructions of a compiled HLO module, with their launches per call.
 
   Walks from ENTRY through the computations it calls (while bodies and conditions, called computations such as
   command buffers, conditional branches), not into fusions (a fusion is one kernel)."""
@@ -259,7 +259,7 @@ def _arguments(line: str, shape: str) -> int:
 
 
 def counts(instructions: list[Instruction]) -> dict[str, collections.Counter]:
-  """{group: Counter(kind: launches per step)}."""
+  """{group: Counter(kind: launches per call)}."""
   table = collections.defaultdict(collections.Counter)
   for i in instructions:
     table[group(i.op_name)][i.kind] += i.count
@@ -267,7 +267,7 @@ def counts(instructions: list[Instruction]) -> dict[str, collections.Counter]:
 
 
 def format_counts(instructions: list[Instruction]) -> str:
-  """A table of launches per step: one row per group, one column per kind of kernel, and the loops."""
+  """A table of launches per call: one row per group, one column per kind of kernel, and the loops."""
   table = counts(instructions)
   kinds = sorted({k for row in table.values() for k in row},
                  key=lambda k: (k not in ('fusion', 'cublas', 'cudnn', 'triton'), k))
@@ -286,7 +286,7 @@ def format_counts(instructions: list[Instruction]) -> str:
 
 
 def summary(instructions: list[Instruction]) -> str:
-  """One line: launches per step by kind and by part of the step, the loops and host transfers."""
+  """One line: launches per call by kind and by part of the step, the loops and host transfers."""
   kinds, groups = collections.Counter(), collections.Counter()
   for i in instructions:
     if i.kind != 'while':
@@ -294,7 +294,7 @@ def summary(instructions: list[Instruction]) -> str:
       groups[group(i.op_name)] += i.count
   loops = sum(1 for i in instructions if i.kind == 'while')
   host = sum(v for k, v in kinds.items() if k.startswith('host transfer'))
-  return (f'{sum(kinds.values())} kernel launches per step ({", ".join(f"{k} {v}" for k, v in kinds.most_common())})'
+  return (f'{sum(kinds.values())} kernel launches per call ({", ".join(f"{k} {v}" for k, v in kinds.most_common())})'
           f'; by part: {", ".join(f"{g} {v}" for g, v in groups.most_common())}; {loops} while loops, {host} host '
           'transfers')
 

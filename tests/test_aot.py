@@ -141,3 +141,21 @@ def test_bad_commands_are_refused_before_any_compile():
     aot.run(finetune.get_config(), 'v3:2x2')
   with pytest.raises(ConfigError, match='--finetune_batch=0 and --finetune_length=128 must be at least 1'):
     aot.run(_config(), 'v3:2x2', finetune_batch=0)
+  with pytest.raises(ConfigError, match='--finetune_length=512 is more than the model.s 128 positions'):
+    aot.run(_config(), 'v3:2x2', finetune_length=512)
+  odd = _config()
+  odd.steps_per_call = 7  # as the trainer refuses it: log_every 25 is not a multiple
+  with pytest.raises(ConfigError, match='make these multiples of 7: log_every=25'):
+    aot.run(odd, 'v3:2x2')
+
+
+def test_the_pretraining_report_compiles_the_trainers_program(monkeypatch):
+  """configs/small.py runs 5 steps a call: aot compiled one step, whose kernels and CUDA graphs were not the
+  program the trainer runs."""
+  monkeypatch.setattr(aot.Pretraining, 'lower', lambda self, steps=1: steps)
+  monkeypatch.setattr(aot, 'compile_report', lambda name, lower, **kwargs: (name, lower(), kwargs['loop']))
+  config = _config()
+  config.steps_per_call = 5
+  c = aot.load_config(config)
+  assert aot.pretraining_report(c, sharding.make_mesh(c.mesh)) == ('pre-training (5 steps a call)', 5,
+                                                                   '5 steps a call')
