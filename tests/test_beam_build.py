@@ -112,6 +112,52 @@ def test_a_failed_job_leaves_no_dataset(corpus_dir, corpus_tokenizer, tmp_path, 
   assert os.listdir(tmp_path) == ['empty.txt']
 
 
+def test_a_failed_job_over_an_earlier_build_on_gcs_keeps_it(corpus_dir, corpus_tokenizer, gcs_dir, monkeypatch):
+  """--overwrite on gs:// deleted the earlier build before the job ran: a bad option or a failed job lost it."""
+  source = corpus.TextFiles(corpus_dir)
+  first = beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1,
+                           shard_bytes=SHARD_BYTES)
+  parent = fileio.path(gcs_dir).parent
+  before = sorted(p.name for p in parent.iterdir())
+  with pytest.raises(DataError, match='^--max_seq_lenght: not an option of data build nor of Apache Beam'):
+    beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, overwrite=True,
+                     pipeline_args=['--max_seq_lenght=16'])  # Beam logged it and went on without it
+  with pytest.raises(DataError, match='^Apache Beam refused the pipeline.s options'):
+    beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, overwrite=True,
+                     pipeline_args=['--direct_running_mode=bogus'])
+  write = beam_build.WriteShard.process
+
+  def fail_on_shard_3(self, shard_pieces):
+    if shard_pieces[0] == 3:
+      raise OSError('disk full')
+    yield from write(self, shard_pieces)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(beam_build.WriteShard, 'process', fail_on_shard_3)
+    with pytest.raises(Exception, match='disk full'):
+      beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, overwrite=True,
+                       shard_bytes=SHARD_BYTES)
+  assert examples_lib.read_metadata(gcs_dir)['shards'] == first['shards'] and not (
+      fileio.path(gcs_dir) / build.PARTIAL).exists()
+  assert sorted(p.name for p in parent.iterdir()) == before  # no staging left beside it
+  again = beam_build.build(source, corpus_tokenizer, gcs_dir, dataclasses.replace(HOW, seed=6), runner='DirectRunner',
+                           processes=1, overwrite=True, shard_bytes=SHARD_BYTES)
+  assert examples_lib.read_metadata(gcs_dir) == again and again['shards'] != first['shards']
+  assert sorted(p.name for p in parent.iterdir()) == before
+
+
+def test_a_workers_data_error_is_one_line():
+  """Beam re-raises a worker's exception inside its own (a multi-process DirectRunner: a RuntimeError holding the
+  worker's traceback text)."""
+  with pytest.raises(DataError, match='^x.txt is not valid UTF-8$'):
+    with beam_build._pipeline_errors():  # pylint: disable=protected-access
+      raise RuntimeError('Traceback (most recent call last):\n  ...\nelectra_jax.errors.DataError: x.txt is not valid '
+                         'UTF-8\n')
+  with pytest.raises(OSError, match='disk full'):  # anything else as it was
+    with beam_build._pipeline_errors():  # pylint: disable=protected-access
+      raise OSError('disk full')
+
+
 def test_cli_runner_and_pipeline_options(corpus_dir, corpus_tokenizer, tmp_path, gcs_dir, capsys):
   """--runner passes Beam's own options through and writes gs://; without it, gs:// and Beam options are refused
   with what to do."""

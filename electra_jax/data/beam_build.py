@@ -10,12 +10,15 @@ The pipeline (chunk i is still packed with seed f'{seed}:{i}', so nothing depend
      the output is gs://, uploaded; its size and sha256 recorded;
   5. once every shard is written (a side input waits for all of them): the manifest, electra_data.json, which is
      what makes a directory read as a dataset. A failed job leaves none. A local output is built in a hidden
-     directory beside it and renamed into place after the job, as build.build does.
+     directory beside it and renamed into place after the job, as build.build does; so is a gs:// output that
+     replaces an earlier build (--overwrite: moved into place once whole, so a failed job keeps the earlier one).
 Steps 1-2 are parallel over files: give a corpus of at least as many files as workers.
 """
 
 import collections
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -136,12 +139,17 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
     raise DataError(f'--runner={runner} runs on other machines: give the corpus and --output on gs:// (a local '
                     'path names a file on each worker, not this machine)')
   build_lib.check_output(output, overwrite, remote=True, sources=files)
+  with _pipeline_errors():
+    options = PipelineOptions(_runner_flags(runner, processes, pipeline_args))
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
+  if unknown:  # Beam would log them and go on without them
+    raise DataError(f'--{", --".join(sorted(unknown))}: not an option of data build nor of Apache Beam\'s runners; '
+                    'check the spelling')
   started = time.time()
-  if remote:
-    directory = output
-    if fileio.path(output).exists():  # an earlier build (check_output): its manifest goes first
-      (fileio.path(output) / examples_lib.METADATA).unlink(missing_ok=True)
-      fileio.rmtree(output)
+  replacing = remote and fileio.path(output).exists()  # an earlier build (check_output)
+  if remote:  # over an earlier build, built beside it and moved into place once complete: a failure keeps it
+    parent, name = os.path.split(output.rstrip('/'))
+    directory = f'{parent}/.{name}.tmp{os.getpid()}' if replacing else output
   else:
     output = os.path.abspath(os.path.expanduser(output))
     os.makedirs(os.path.dirname(output), exist_ok=True)
@@ -153,7 +161,7 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
     tokenizer.save(directory)
     record_bytes = how.max_length * (examples_lib.ids_dtype(tokenizer.vocab_size).itemsize + 1)
     shard_examples = max(1, shard_bytes // record_bytes)
-    with beam.Pipeline(options=PipelineOptions(_runner_flags(runner, processes, pipeline_args))) as pipeline:
+    with _pipeline_errors(), beam.Pipeline(options=options) as pipeline:
       numbered = pipeline | 'files' >> beam.Create(list(enumerate(files))) | 'spread files' >> beam.Reshuffle()
       first_chunks = (numbered
                       | 'count chunks' >> beam.Map(lambda file: (file[0], count_chunks(file[1], how.chunk_chars)))
@@ -183,6 +191,10 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
     metadata = examples_lib.read_metadata(directory)
     if remote:
       (fileio.path(directory) / build_lib.PARTIAL).unlink()
+      if replacing:
+        (fileio.path(output) / examples_lib.METADATA).unlink(missing_ok=True)  # never read as whole, half deleted
+        fileio.rmtree(output)
+        fileio.move(directory, output)
     else:
       examples_lib.ArrayRecordExamples(directory)  # checks that every shard reads back with its count
       if os.path.exists(output):
@@ -191,7 +203,27 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
   finally:
     if not remote:
       shutil.rmtree(directory, ignore_errors=True)
+    elif replacing:
+      fileio.rmtree(directory)
   return metadata
+
+
+@contextlib.contextmanager
+def _pipeline_errors():
+  """A failed pipeline as one line: a worker's DataError (Beam wraps it in its own errors), or Beam's refusal of
+  its options (a ValueError, or argparse's exit after printing its usage)."""
+  try:
+    yield
+  except (DataError, KeyboardInterrupt):
+    raise
+  except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+    text = str(e)
+    worker = re.search(r'DataError: ([^\n]+)', text)
+    if worker:
+      raise DataError(worker.group(1)) from None
+    if isinstance(e, SystemExit) or isinstance(e, ValueError) and 'option' in text.lower():
+      raise DataError(f'Apache Beam refused the pipeline\'s options: {" ".join(text.split())[:400]}') from None
+    raise
 
 
 def _runner_flags(runner: str, processes: int, pipeline_args) -> list[str]:
