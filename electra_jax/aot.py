@@ -44,7 +44,8 @@ from jax.experimental import topologies
 import ml_collections
 from ml_collections import config_flags
 
-from electra_jax import cli, config as config_lib, flops, gpu_targets, kernels, objective, sharding, tpu_targets
+from electra_jax import (cli, config as config_lib, data, flops, gpu_targets, kernels, objective, sharding,
+                         tpu_targets)
 from electra_jax.finetune import config as ft_config_lib, heads, tasks
 from electra_jax.finetune.train import Finetuning
 from electra_jax.config import ConfigError
@@ -281,11 +282,15 @@ def format_report(r: Report, hw: tpu_targets.Chip) -> str:
 
 
 def load_config(cfg, platform: str = 'tpu') -> config_lib.TrainConfig:
-  """The TrainConfig as a TPU (or GPU) run of `cfg` would see it: the vocabulary of the tokenizer it would train,
-  and the model's platform-dependent keys (dtype, attention, dropout_draw) resolved for that platform."""
+  """The TrainConfig as a TPU (or GPU) run of `cfg` would see it: the vocabulary of its data.tokenizer or built
+  data.source, else of the tokenizer it would train (data.vocab_size), and the model's platform-dependent keys
+  (dtype, attention, dropout_draw) resolved for that platform."""
   cfg = cfg.copy_and_resolve_references()
   cfg.model.update(config_lib.for_platform(cfg.model, platform))
-  return config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
+  c = config_lib.load(cfg, vocab_size=cfg.model.vocab_size or cfg.data.vocab_size)
+  if not cfg.model.vocab_size and (c.data.tokenizer or data.examples.is_built(c.data.source)):
+    c = config_lib.load(cfg, vocab_size=data.load_tokenizer(c.data).vocab_size)  # the one a run would read
+  return c
 
 
 def run(cfg, topology: str, finetune: bool = True, finetune_batch: int = 32, finetune_length: int = 128):

@@ -159,3 +159,12 @@ def test_the_pretraining_report_compiles_the_trainers_program(monkeypatch):
   c = aot.load_config(config)
   assert aot.pretraining_report(c, sharding.make_mesh(c.mesh)) == ('pre-training (5 steps a call)', 5,
                                                                    '5 steps a call')
+
+
+def test_the_vocabulary_is_the_one_a_run_would_read(tmp_path):
+  """data.tokenizer's size, not data.vocab_size's (the size of a tokenizer the run would train instead)."""
+  (tmp_path / 'vocab.txt').write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b']) + '\n')
+  config = tiny.get_config()
+  assert aot.load_config(config).model.vocab_size == config.data.vocab_size
+  config.data.tokenizer = str(tmp_path / 'vocab.txt')
+  assert aot.load_config(config).model.vocab_size == 7
