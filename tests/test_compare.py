@@ -465,6 +465,21 @@ def results_fixture(workdir, runs: dict, seeds=2, scratch=0.5):
   return str(workdir)
 
 
+def test_the_plot_of_one_budget_shows_each_run_at_it(tmp_path):
+  """The GPU preset's case: one budget, runs whose train_flops differ by a fraction of a step. Drawn at their
+  train_flops on a log axis they sat at its two edges, the axis a few ticks of 1e16's rounding."""
+  results_fixture(tmp_path, {'electra': {1e16: 0.7}, 'mlm': {1e16: 0.6}})
+  results = json.loads((tmp_path / 'results.json').read_text())
+  results['objectives']['electra']['budgets'][0]['train_flops'] = 9.999e15
+  results['objectives']['mlm']['budgets'][0]['train_flops'] = 1.0002e16
+  (axis,) = compare.figure(results).axes
+  lines = {bars.get_label(): bars.lines[0] for bars in axis.containers}  # each run's errorbar: its data line
+  xs = [float(lines[name].get_xdata()[0]) for name in ('electra', 'mlm')]
+  assert xs[0] < 1e16 < xs[1] and xs[1] / xs[0] < 1.2  # side by side at the budget
+  assert axis.get_xlim()[1] / axis.get_xlim()[0] >= 9  # a decade at least
+  assert [float(lines[name].get_ydata()[0]) for name in ('electra', 'mlm')] == [70.0, 60.0]
+
+
 def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
   a = results_fixture(tmp_path / 'a', {'electra': {1e12: 0.6, 3e12: 0.7}, 'mlm': {1e12: 0.55}})
   b = results_fixture(tmp_path / 'b', {'electra_gdes': {1e12: 0.65}, 'mlm': {3e12: 0.58}}, scratch=0.51)

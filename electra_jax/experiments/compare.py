@@ -522,41 +522,54 @@ def merge_main(argv: list[str]):
 
 
 def plot(results: dict, path: str):
-  """A PNG with a panel per task: median score (min-max band) against pre-training FLOPs, a line per run, the
-  from-scratch median as a dashed line."""
+  """`figure(results)` as a PNG at `path`."""
   try:
-    from matplotlib.figure import Figure  # noqa: PLC0415  (only this needs matplotlib)
-  except ImportError:  # a bare GPU machine may lack it: the tables are written already
+    drawn = figure(results)
+  except ImportError:  # a bare GPU machine may lack matplotlib: the tables are written already
     print(f'{path} not drawn: matplotlib is not installed (pip install matplotlib, then run the same command)',
           file=sys.stderr)
     return
+  with fileio.atomic_writer(path) as f:
+    drawn.savefig(f, dpi=120, format='png')
 
+
+def figure(results: dict):
+  """A panel per task: median score (min-max bars) against the pre-training FLOPs budget, a line per run, each
+  run's points nudged sideways so that runs at one budget do not hide each other, the from-scratch median as a
+  dashed line."""
+  from matplotlib.figure import Figure  # noqa: PLC0415  (only this needs matplotlib)
   names = list(results['tasks'])
-  figure = Figure(figsize=(4.8 * len(names), 4.0), layout='constrained')
-  axes = figure.subplots(1, len(names), squeeze=False)[0]
+  drawn = Figure(figsize=(4.8 * len(names), 4.0), layout='constrained')
+  axes = drawn.subplots(1, len(names), squeeze=False)[0]
+  runs = results['objectives']
   for axis, name in zip(axes, names):
     metric = ''
-    for run_name, run in results['objectives'].items():
-      points = [(e['train_flops'], e['tasks'][name]) for e in run['budgets'] if name in e['tasks']]
+    for index, (run_name, run) in enumerate(runs.items()):
+      # The budget, not the run's train_flops: those differ by a fraction of a step, which on a log axis of one
+      # budget (the GPU preset's) spread the runs to its two edges.
+      points = [(e['budget'], e['tasks'][name]) for e in run['budgets'] if name in e['tasks']]
       if not points:
         continue
-      x = [f for f, _ in points]
-      line, = axis.plot(x, [100 * s['median'] for _, s in points], marker='o', label=run_name)
-      axis.fill_between(x, [100 * min(s['scores']) for _, s in points], [100 * max(s['scores']) for _, s in points],
-                        color=line.get_color(), alpha=0.15, linewidth=0)
+      x = [budget * 1.05 ** (index - (len(runs) - 1) / 2) for budget, _ in points]
+      median = [100 * s['median'] for _, s in points]
+      axis.errorbar(x, median, yerr=[[m - 100 * min(s['scores']) for m, (_, s) in zip(median, points)],
+                                     [100 * max(s['scores']) - m for m, (_, s) in zip(median, points)]],
+                    marker='o', capsize=3, label=run_name)
       metric = points[0][1]['metric']
     scratch = results['scratch'].get(name)
     if scratch:
       axis.axhline(100 * scratch['median'], color='gray', linestyle='--', label='from scratch')
       metric = scratch['metric']
     axis.set_xscale('log')
-    axis.set_xlabel('pre-training FLOPs')
+    budgets = sorted({e['budget'] for run in runs.values() for e in run['budgets']})
+    if budgets:  # a decade at least, so that one budget reads as one point, not an axis of its rounding
+      axis.set_xlim(min(budgets) / 3, max(budgets) * 3)
+    axis.set_xlabel('pre-training FLOPs budget')
     axis.set_ylabel(f'{metric} x100 (median of {results["seeds"]} seeds)')
     axis.set_title(name)
     axis.grid(True, which='both', alpha=0.3)
     axis.legend(fontsize='small')
-  with fileio.atomic_writer(path) as f:
-    figure.savefig(f, dpi=120, format='png')
+  return drawn
 
 
 def main(argv):
