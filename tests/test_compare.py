@@ -465,6 +465,21 @@ def results_fixture(workdir, runs: dict, seeds=2, scratch=0.5):
   return str(workdir)
 
 
+def test_precompile_waits_for_a_frozen_generator_to_be_trained(tmp_path, monkeypatch):
+  """electra_floor_frozen samples from this experiment's mlm run: preparing it before mlm had trained stopped the
+  whole command ('... has no config.json'); it compiles when it trains."""
+  prepared = []
+  monkeypatch.setattr(compare.trainer, 'precompile', lambda c, w: prepared.append(os.path.basename(w)) or list)
+  monkeypatch.setattr(compare.finetune, 'precompile', lambda c, w: list)
+  config = compare_cpu.get_config()
+  config.flops_budgets = (1e10,)
+  frozen = {'name': 'electra_frozen', 'generator_checkpoint': str(tmp_path / 'pretrain' / 'mlm'), 'generator_step': 8}
+  plans = [compare.Plan('mlm', ml_collections.ConfigDict({'objective': {'name': 'mlm'}}), 1e9, (8,)),
+           compare.Plan('frozen', ml_collections.ConfigDict({'objective': frozen}), 1e9, (8,))]
+  compare._precompile(config, plans, {}, tmp_path)  # pylint: disable=protected-access
+  assert prepared == ['mlm']
+
+
 def test_the_plot_of_one_budget_shows_each_run_at_it(tmp_path):
   """The GPU preset's case: one budget, runs whose train_flops differ by a fraction of a step. Drawn at their
   train_flops on a log axis they sat at its two edges, the axis a few ticks of 1e16's rounding."""

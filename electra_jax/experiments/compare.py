@@ -267,6 +267,9 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
   (the first run trains the shared tokenizer, the rest find it cached); the corpus is packed while they compile
   (the first run's wait)."""
   pending = [p for p in plans if not pretrained(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))]
+  # A frozen generator's run (electra_frozen) is prepared from its generator's checkpoint: once that is trained.
+  pending = [p for p in pending if not p.config.objective.get('generator_checkpoint') or p.config.objective.get(
+      'generator_step') in _saved_steps(p.config.objective.generator_checkpoint)]
   if not pending:
     return
   waits = [(p.name, trainer.precompile(p.config, os.fspath(workdir / 'pretrain' / p.name))) for p in pending]
