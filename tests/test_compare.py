@@ -465,6 +465,22 @@ def results_fixture(workdir, runs: dict, seeds=2, scratch=0.5):
   return str(workdir)
 
 
+def test_a_workdir_holding_another_run_is_refused(tmp_path):
+  """A fine-tuning run's workdir given as --workdir (or --output of merge): its results.json was rewritten with
+  the compare's, in silence."""
+  (tmp_path / 'tuned').mkdir()
+  (tmp_path / 'tuned' / 'finetune.json').write_text('{}')
+  (tmp_path / 'tuned' / 'results.json').write_text('{"main_metric": "accuracy"}')
+  with pytest.raises(ConfigError, match=r'^--workdir=.*tuned holds another run \(finetune.json\)'):
+    compare.run(compare_cpu.get_config(), str(tmp_path / 'tuned'))
+  (tmp_path / 'tuned' / 'finetune.json').unlink()
+  a = results_fixture(tmp_path / 'a', {'electra': {1e12: 0.6}})
+  with pytest.raises(ConfigError, match=r'^--output=.*tuned holds another run \(results.json\)'):
+    compare.merge([a], str(tmp_path / 'tuned'))
+  assert (tmp_path / 'tuned' / 'results.json').read_text() == '{"main_metric": "accuracy"}'
+  compare.merge([a], str(tmp_path / 'a'))  # a compare's own results: written again
+
+
 def test_precompile_waits_for_a_frozen_generator_to_be_trained(tmp_path, monkeypatch):
   """electra_floor_frozen samples from this experiment's mlm run: preparing it before mlm had trained stopped the
   whole command ('... has no config.json'); it compiles when it trains."""

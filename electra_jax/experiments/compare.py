@@ -323,8 +323,22 @@ def finetune_once(c, workdir: str) -> dict:
           'scores': [row[metric] for row in results['seeds']], 'median': results['median'][metric]}
 
 
+def _check_own(directory, flag: str):
+  """Raises ConfigError if `directory` holds another command's run, whose results.json (or more) a compare
+  would write over: a fine-tuning or pre-training run, or a results.json that is not a compare's."""
+  directory = fileio.path(directory)
+  held = [name for name in ('finetune.json', 'config.json', checkpoint.DIRECTORY) if (directory / name).exists()]
+  if not held and (directory / 'results.json').is_file():
+    saved = fileio.read_json(directory / 'results.json', f'give another {flag}')
+    held = [] if {'objectives', 'scratch'} <= saved.keys() else ['results.json']
+  if held:
+    raise ConfigError(f'{flag}={directory} holds another run ({", ".join(held)}), whose results a compare would write '
+                      f'over: give another {flag}')
+
+
 def run(config, workdir: str) -> dict:
   """The whole experiment (see the module docstring); returns what WORKDIR/results.json holds."""
+  _check_own(workdir, '--workdir')
   workdir = fileio.path(workdir)
   plans = plan(config, workdir)
   print(describe(config, plans), file=sys.stderr, flush=True)
@@ -477,6 +491,7 @@ def merge(workdirs: list[str], output: str) -> dict:
   """
   if not workdirs:
     raise ConfigError('merge needs at least one WORKDIR')
+  _check_own(output, '--output')
   merged = {'flops_budgets': [], 'seeds': None, 'tasks': {}, 'objectives': {}, 'scratch': {}, 'merged_from': []}
   for workdir in workdirs:
     path = fileio.path(workdir) / 'results.json'
