@@ -529,6 +529,12 @@ def test_merge_workdirs_into_one_table_and_plot(tmp_path, capsys):
     compare.merge([a, results_fixture(tmp_path / 'c', {'x': {1e12: 0.5}}, seeds=3)], str(tmp_path / 'out2'))
   with pytest.raises(ConfigError, match='other scores'):
     compare.merge([a, results_fixture(tmp_path / 'd', {'electra': {1e12: 0.9}})], str(tmp_path / 'out3'))
+  other = results_fixture(tmp_path / 'g', {'electra': {3e13: 0.8}})  # another model: other FLOPs a step
+  results = json.loads((tmp_path / 'g' / 'results.json').read_text())
+  results['objectives']['electra']['flops_per_step'] = 1.15e12
+  compare.write_results(results, other)
+  with pytest.raises(ConfigError, match='both hold a run electra, of other settings .electra at 1.15e.12 FLOPs'):
+    compare.merge([a, other], str(tmp_path / 'out4'))
   # The command line: one table on stderr; a workdir without results is one line and exit status 1.
   result = subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', 'merge', a, b,
                            f'--output={tmp_path / "cli"}'], cwd=REPO, capture_output=True, text=True, timeout=120,

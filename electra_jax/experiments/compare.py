@@ -510,6 +510,10 @@ def merge(workdirs: list[str], output: str) -> dict:
       merged['scratch'].setdefault(name, summary)
     for run_name, run in results['objectives'].items():
       into = merged['objectives'].setdefault(run_name, {**run, 'budgets': []})
+      if (into['objective'], into['flops_per_step']) != (run['objective'], run['flops_per_step']):
+        raise ConfigError(f'{workdir} and an earlier workdir both hold a run {run_name}, of other settings '
+                          f'({run["objective"]} at {run["flops_per_step"]:.4g} FLOPs a step against '
+                          f'{into["objective"]} at {into["flops_per_step"]:.4g}): merge runs of one experiment')
       budgets = {budget_name(e['budget']): e for e in into['budgets']}
       for entry in run['budgets']:
         have = budgets.setdefault(budget_name(entry['budget']), {**entry, 'tasks': {}})
