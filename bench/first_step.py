@@ -3,15 +3,16 @@ command in a new workdir) and a resume (the warm run's workdir again).
 
   python bench/first_step.py [--config=configs/tiny.py] --scratch=SCRATCH
 
-Each run is the README's quickstart command with `--config.log_every=1` (host-side only: the compiled step is the
-same), so metrics.jsonl gets its first line when step 1 is done; the run is then stopped with SIGTERM (it writes a
-checkpoint: the resume starts from it). A last run, warm, turns the compilation cache off
-(ELECTRA_JAX_COMPILATION_CACHE=0) to show what it saves. The cache directory (tokenizer, packed data, compiled
-programs) is `--scratch`/cache, emptied first. Prints one line per run with the load average and the startup
-stages' lines.
+Each run is the README's quickstart command with `--config.log_every` at the config's steps_per_call (host-side
+only: the compiled step is the same), so metrics.jsonl gets its first line when the first call's steps are done;
+the run is then stopped with SIGTERM (it writes a checkpoint: the resume starts from it). A last run, warm, turns
+the compilation cache off (ELECTRA_JAX_COMPILATION_CACHE=0) to show what it saves. The cache directory (tokenizer,
+packed data, compiled programs) is `--scratch`/cache, emptied first. Prints one line per run with the load average
+and the startup stages' lines.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -24,6 +25,16 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def steps_per_call(config: str) -> int:
+  """The steps_per_call of config file[:variant] `config` (configs/small.py runs 5 steps a call)."""
+  path, _, variant = config.partition(':')
+  sys.path.insert(0, REPO)  # a config file imports `configs`
+  spec = importlib.util.spec_from_file_location('bench_config', os.path.join(REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return (module.get_config(variant) if variant else module.get_config()).get('steps_per_call', 1)
+
+
 def first_step(config: str, workdir: str, cache: str, env: dict) -> tuple[float, list[str]]:
   """Seconds from launch to the first new metrics.jsonl line, and the run's stderr lines up to then."""
   metrics = os.path.join(workdir, 'metrics.jsonl')
@@ -33,7 +44,8 @@ def first_step(config: str, workdir: str, cache: str, env: dict) -> tuple[float,
   start = time.perf_counter()
   with open(log, 'w', encoding='utf-8') as out:
     process = subprocess.Popen([sys.executable, '-m', 'electra_jax.main', f'--config={config}',
-                                f'--workdir={workdir}', '--config.log_every=1'], cwd=REPO, env=env, stdout=out,
+                                f'--workdir={workdir}', f'--config.log_every={steps_per_call(config)}'], cwd=REPO,
+                               env=env, stdout=out,
                                stderr=subprocess.STDOUT)
     try:
       while True:

@@ -60,6 +60,8 @@ def main():
   config = small.get_config('quickstart')
   config.update(train_steps=args.steps, eval_every=0, checkpoint_every=args.steps,
                 steps_per_call=args.steps_per_call or config.steps_per_call)
+  if args.steps < 2 * config.steps_per_call:  # the first call (compile, warm-up) is not timed
+    parser.error(f'--steps={args.steps}: give at least two calls\' steps, {2 * config.steps_per_call}')
   seconds, timer = collections.Counter(), {'calls': 0, 'steps': 0}
   if not args.real:
     config.model.update(num_layers=1, hidden_size=32, num_heads=1, intermediate_size=64, embedding_size=32)

@@ -54,6 +54,7 @@ _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up steps).
 _PEAK = flags.DEFINE_float('peak_tflops', 0.0, 'Peak dense TFLOP/s of one device for MFU (0: a known '
                             'accelerator\'s datasheet, a CPU\'s measured matmul rate, else no MFU).')
 _VS_TORCH = flags.DEFINE_bool('vs_torch', False, 'Also time the PyTorch/transformers step (its own process).')
+TORCH_SECONDS = 180  # the PyTorch step's process at most (Small's: ~20 s on an H200)
 _TORCH_COMPILE = flags.DEFINE_bool('torch_compile', False, 'With --vs_torch: torch.compile the PyTorch models.')
 _FRESH_BATCHES = flags.DEFINE_bool('fresh_batches', False, 'Put the batch on the devices again before each timed '
                                    'step, as training does, rather than reuse one device array.')
@@ -114,10 +115,10 @@ def time_jax(c, batch, t0: float) -> dict:
   rng = jax.device_put(jax.random.key_data(jax.random.PRNGKey(1)), sharding.replicated(run.mesh))
   device_batch = put(batch)
   state, metrics = step_fn(state, device_batch, rng)
-  jax.block_until_ready(metrics)
+  jax.block_until_ready((state, metrics))
   first = time.perf_counter()
   state, metrics = step_fn(state, device_batch, rng)
-  jax.block_until_ready(metrics)
+  jax.block_until_ready((state, metrics))
   start_steps = time.perf_counter()
   calls = []  # seconds each call of the step takes to return: dispatch, unless something makes it wait for the GPU
   for _ in range(_STEPS.value):
@@ -126,7 +127,7 @@ def time_jax(c, batch, t0: float) -> dict:
     called = time.perf_counter()
     state, metrics = step_fn(state, device_batch, rng)
     calls.append(time.perf_counter() - called)
-  jax.block_until_ready(metrics)
+  jax.block_until_ready((state, metrics))
   seconds = (time.perf_counter() - start_steps) / _STEPS.value / k
   profile = {}
   if _PROFILE.value:
@@ -136,7 +137,7 @@ def time_jax(c, batch, t0: float) -> dict:
         with jax.profiler.trace(trace):
           for _ in range(_PROFILE.value):
             state, metrics = step_fn(state, device_batch, rng)
-          jax.block_until_ready(metrics)
+          jax.block_until_ready((state, metrics))
         text = executable.as_text()
         if _TRACE_DIR.value:
           with open(os.path.join(trace, 'train_step.hlo.txt'), 'w', encoding='utf-8') as f:
@@ -189,7 +190,10 @@ def time_torch(steps: int) -> tuple[str, dict | None]:
   command = [sys.executable, os.path.join(here, 'torch_step.py'), *overrides, f'--steps={steps}']
   if _TORCH_COMPILE.value:
     command.append('--compile')
-  done = subprocess.run(command, capture_output=True, text=True, check=False)
+  try:
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=TORCH_SECONDS)
+  except subprocess.TimeoutExpired:  # a CPU-only torch on a GPU machine, say: the JAX numbers still come
+    return f'torch: FAILED: no result within {TORCH_SECONDS} s', None
   lines = [line for line in done.stdout.splitlines() if line.startswith('torch')]
   results = [json.loads(line[len('RESULT '):]) for line in done.stdout.splitlines() if line.startswith('RESULT ')]
   if done.returncode or not lines or not results:
@@ -237,7 +241,11 @@ def main(argv):
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
   if torch_line:
     print(torch_line, flush=True)
-    if torch_result:
+    on_gpu = jax.default_backend() == 'gpu'
+    if torch_result and (torch_result['device'] != 'cpu') != on_gpu or jax.device_count() > 1:
+      print(f'no jax/torch ratio: torch ran on {torch_result["device"] if torch_result else "?"}, jax on '
+            f'{jax.device_count()} x {jax.devices()[0].device_kind}', flush=True)
+    elif torch_result:
       r['torch_step_seconds'] = torch_result['seconds']
       print(f'jax/torch speed ratio {r["torch_step_seconds"] / seconds:.2f}x (above 1: jax is faster)', flush=True)
   print('RESULT ' + json.dumps(r), flush=True)

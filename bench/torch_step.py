@@ -4,12 +4,15 @@
   python bench/torch_step.py --config=configs/small.py --batch=128 --length=128 --steps=20
 
 As a PyTorch user would write it: ElectraForMaskedLM + ElectraForPreTraining with shared embeddings, the same
-sizes, dropout rates, batch, masking (15%, [CLS]/[SEP] never), Gumbel sampling and loss weights, AdamW with
-global-norm clipping. On a GPU: bf16 autocast, the fused AdamW and SDPA attention, and the attention dropout the
-JAX step has there (none where model.attention=auto fuses it, as configs/small.py on a GPU). It computes the generator's
-logits at every position and keeps the selected ones, as HF's MLM head does (the JAX step projects only the
-selected positions). Prints one line `torch: step ... ms, ... tokens/s, ...`, then the same numbers as
-`RESULT {json}` for the programs that read them (bench/step_throughput.py).
+sizes, dropout rates, batch, masking (15%, [CLS]/[SEP] never), loss weights, AdamW with global-norm clipping, and
+the same work as the JAX step: the generator's MLM head (its parameters, called as HF's forward calls them) only at
+the selected positions, samples by Gumbel-max (the JAX step's objective.sampling draws from the same distribution
+by its inverse CDF: the same [batch, selected, vocab] work), and no attention mask where the batch has no padding
+(HF's SDPA path would check it on the host every forward). On a GPU: bf16 autocast where the JAX step computes in
+bfloat16 there, the fused AdamW and SDPA attention, and the attention dropout the JAX step has there (none where
+model.attention=auto fuses it, as configs/small.py on a GPU). Only the `electra` objective, one micro-batch a step,
+embeddings tied as the paper ties them (refused otherwise). Prints one line `torch: step ... ms, ... tokens/s,
+...`, then the same numbers as `RESULT {json}` for the programs that read them (bench/step_throughput.py).
 """
 
 import json
@@ -40,6 +43,7 @@ def time_torch(c, batch_size: int, length: int, steps: int, compile_models: bool
   import torch  # noqa: PLC0415  (imported only here: the JAX side of the bench never needs it)
   import transformers  # noqa: PLC0415
   dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+  bf16 = dev == 'cuda' and c.model.dtype == 'bfloat16'
   m = c.model
   gen, disc = m.tower(True), m.tower(False)
   common = dict(vocab_size=m.vocab_size, embedding_size=m.embedding_size, max_position_embeddings=
@@ -60,18 +64,20 @@ def time_torch(c, batch_size: int, length: int, steps: int, compile_models: bool
   batch = synthetic.random_batch(batch_size, length, m.vocab_size)  # the JAX step's
   ids, segments, mask = (torch.from_numpy(batch[key]).long().to(dev) for key in ('input_ids', 'segment_ids',
                                                                                'input_mask'))
+  mask = None if batch['input_mask'].all() else mask
   special = synthetic.SPECIAL
   num_predictions = c.objective.num_predictions(length)
-  gen_f, disc_f = (torch.compile(generator), torch.compile(discriminator)) if compile_models else (generator,
-                                                                                                    discriminator)
+  gen_f, disc_f = ((torch.compile(generator.electra), torch.compile(discriminator)) if compile_models
+                   else (generator.electra, discriminator))
 
   def step():
-    with torch.autocast(dev, dtype=torch.bfloat16, enabled=dev == 'cuda'):
+    with torch.autocast(dev, dtype=torch.bfloat16, enabled=bf16):
       scores = torch.rand(ids.shape, device=dev).masked_fill((ids == special.cls) | (ids == special.sep), -1.0)
       positions = scores.topk(num_predictions, dim=1).indices
       masked = ids.scatter(1, positions, special.mask)
-      logits = gen_f(input_ids=masked, attention_mask=mask, token_type_ids=segments).logits
-      selected = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+      hidden = gen_f(input_ids=masked, attention_mask=mask, token_type_ids=segments).last_hidden_state
+      hidden = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+      selected = generator.generator_lm_head(generator.generator_predictions(hidden)).float()
       targets = ids.gather(1, positions)
       gen_loss = torch.nn.functional.cross_entropy(selected.flatten(0, 1), targets.flatten())
       with torch.no_grad():
@@ -113,8 +119,12 @@ def main(argv):
     cfg.data.max_seq_length = _LENGTH.value
   import torch  # noqa: PLC0415
   if torch.cuda.is_available():  # the config is loaded for jax's CPU (above): take what the JAX step does on a GPU
-    cfg.model.attention_dropout_rate = config_lib.for_platform(cfg.model, 'gpu')['attention_dropout_rate']
+    gpu = config_lib.for_platform(cfg.model, 'gpu')
+    cfg.model.attention_dropout_rate, cfg.model.dtype = gpu['attention_dropout_rate'], gpu['dtype']
   c = config_lib.load(cfg, vocab_size=_VOCAB.value)
+  if (c.objective.name, c.grad_accum_steps, c.model.tying) != ('electra', 1, 'embeddings'):
+    sys.exit(f'torch_step models the electra objective, one micro-batch a step and tied embeddings; this config has '
+             f'{c.objective.name}, grad_accum_steps={c.grad_accum_steps}, model.tying={c.model.tying}')
   length = c.data.max_seq_length
   r = time_torch(c, c.batch_size, length, _STEPS.value, _COMPILE.value)
   print(f'torch{"+compile" if _COMPILE.value else ""}: step {r["seconds"] * 1e3:.1f} ms, '
