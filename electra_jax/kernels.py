@@ -5,10 +5,10 @@ trace of steps run on a GPU (`bench/step_throughput.py --profile=N`).
 Every instruction of the compiled program carries the jax operation it came from (`op_name`), and the step names its
 parts with `jax.named_scope` ('masking', 'sampling', 'optimizer'); the model's operations carry the Flax module path
 (`generator/encoder/layer_3/...`), and its dropout the name of a `Dropout` module or of the tower's `tower_keep`
-(its layers' masks in one draw); the rest of the step is its
-loss and metrics. `group` maps an op_name onto GROUPS. A kernel is what the GPU launches: a fusion, a library call
-(cuBLAS, cuDNN, a Triton kernel: `custom-call`), or one of the few instructions XLA runs unfused (sort, scatter,
-copy, a collective); instructions inside a `while` loop launch once per iteration.
+(its layers' masks in one draw); the rest of the step is its loss and metrics. `group` maps an op_name onto
+GROUPS. A kernel is what the GPU launches: a fusion, a library call (cuBLAS, cuDNN, a Triton kernel:
+`custom-call`), or one of the few instructions XLA runs unfused (sort, scatter, copy, a collective); instructions
+inside a `while` loop launch once per iteration.
 """
 
 import collections
@@ -316,8 +316,6 @@ class Timed:
 
 
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
-
-
 # A GPU plane's lines derived from its streams' kernels.
 _DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
 
@@ -342,9 +340,9 @@ def timed_events(planes, hlo: str | Module, steps: int) -> list[Timed]:
 
   On a GPU: the kernels and copies of the first GPU (the events of its lines 'Stream #N(...)', and any other event
   naming the HLO instruction it ran for, `hlo_op`; not the lines derived from them, nor CUPTI's own overhead),
-  named by their `hlo_op`. On a CPU: the
-  operations XLA:CPU's threads ran (run with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them). A
-  ValueError if the trace holds none (on a GPU: CUPTI could not record the kernels).
+  named by their `hlo_op`. On a CPU: the operations XLA:CPU's threads ran (run with
+  XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true to record them). A ValueError if the trace holds none (on a GPU:
+  CUPTI could not record the kernels).
   """
   planes = list(planes)
   gpus = sorted((p for p in planes if p.name.startswith('/device:GPU')), key=lambda p: p.name)
