@@ -242,7 +242,8 @@ def main(argv):
   if torch_line:
     print(torch_line, flush=True)
     on_gpu = jax.default_backend() == 'gpu'
-    if torch_result and (torch_result['device'] != 'cpu') != on_gpu or jax.device_count() > 1:
+    # Both on this machine's CPU (its cores, however many devices XLA fakes on them), or each on one GPU.
+    if torch_result and (torch_result['device'] != 'cpu') != on_gpu or on_gpu and jax.device_count() > 1:
       print(f'no jax/torch ratio: torch ran on {torch_result["device"] if torch_result else "?"}, jax on '
             f'{jax.device_count()} x {jax.devices()[0].device_kind}', flush=True)
     elif torch_result:

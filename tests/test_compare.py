@@ -374,7 +374,7 @@ def fake_finetune(c, workdir):
           'median': {'dev/accuracy': sum(scores) / 2}}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a whole experiment (the README suite's 5-minute bound)
 def test_finetune_budgets_stop_early_and_a_frozen_generator_from_the_experiment(tmp_path, grammar_corpus, cache_dir,
                                                                                 monkeypatch):
   config = tiny_config(grammar_corpus, cache_dir, str(tmp_path / 'task'))

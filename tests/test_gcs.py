@@ -289,6 +289,7 @@ def files_under(directory) -> list[str]:
   return sorted(name[len(os.fspath(directory)) + 1:] for name in fileio.list_files(os.fspath(directory)))
 
 
+@pytest.mark.e2e  # a whole workflow on gs:// (the README suite's 5-minute bound)
 def test_pretraining_on_gcs_resumes_bit_identically(runs):
   # The SIGTERM left a checkpoint of step 3 and the metrics of steps 1-3 (uploaded when the run stopped).
   assert runs.stopped == ([3], [1, 2, 3])
@@ -309,6 +310,7 @@ def test_pretraining_on_gcs_resumes_bit_identically(runs):
   assert recorded and all(digest.startswith('crc32c:') for _, digest in recorded.values())
 
 
+@pytest.mark.e2e  # a whole workflow on gs:// (the README suite's 5-minute bound)
 def test_gcs_errors_are_one_line_and_lose_nothing(runs, forbidden_gcs_environment, capsys):
   """Missing bucket and no permission: refused before anything starts. An object of the newest checkpoint gone:
   detect says so in one line; training moves that checkpoint aside (kept) and redoes its steps from the one
@@ -344,6 +346,7 @@ def test_gcs_errors_are_one_line_and_lose_nothing(runs, forbidden_gcs_environmen
       (m['step'], m['loss']) for m in _read_jsonl(f'{runs.local}/metrics.jsonl')]
 
 
+@pytest.mark.e2e  # a whole workflow on gs:// (the README suite's 5-minute bound)
 def test_finetune_predict_detect_and_convert_on_gcs(runs, cache_dir, capsys):
   local, remote, root = runs.local, runs.remote, runs.root
   task = f'{root}/task'
