@@ -172,7 +172,7 @@ class WordPieceTokenizer(Tokenizer):
     self.tokenizer.normalizer = normalizers.BertNormalizer(**normalizer)
     self.tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     self.tokenizer.decoder = decoders.WordPiece(prefix=options['continuing_subword_prefix'])
-    self._vocab_size = len(vocab)
+    self._vocab_size = max(vocab.values()) + 1  # the embedding rows: a vocab.txt's lines, with any unused ones
 
   @property
   def vocab_size(self) -> int:
@@ -202,16 +202,9 @@ def _read_vocab(path: str, content: bytes) -> dict[str, int]:
     raise DataError(f'{path!r} is not a WordPiece vocab.txt (not UTF-8 text)') from None
   while tokens and not tokens[-1]:
     tokens.pop()
-  # BERT's and transformers' readers give line N id N-1, a blank line and a repeated token included: skipping either
-  # would give every later token another id than the model's embedding row.
-  vocab = {}
-  for line, token in enumerate(tokens, 1):
-    if not token:
-      raise DataError(f'{path!r}: line {line} is blank; BERT numbers every line, so the ids of the tokens after it '
-                      'would not be the model\'s: put a token on it (e.g. [unused]) or remove it')
-    if vocab.setdefault(token, line - 1) != line - 1:
-      raise DataError(f'{path!r}: {token!r} is on lines {vocab[token] + 1} and {line}; BERT numbers every line, so '
-                      'one token would have two ids: keep one (and rename the other, e.g. [unused])')
+  # As BERT's and transformers' readers: line N is id N-1, a blank line and a repeated token's earlier line included
+  # (a repeated token takes its last line's id), so that every token has its embedding row's id.
+  vocab = {token: index for index, token in enumerate(tokens) if token}
   if not vocab:
     raise DataError(f'WordPiece vocabulary {path!r} is empty')
   return vocab
