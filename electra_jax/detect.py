@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import cli, data, fileio, objective, pretrained
+from electra_jax import cli, data, fileio, metrics, objective, pretrained
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
 
@@ -63,6 +63,11 @@ class Detector:
                         'give the workdir of a pre-training run or of an import (python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = pretrained.load_params(workdir, step)
+    # A run trained here from scratch (its metrics.jsonl, no init_checkpoint) trained positions up to
+    # data.max_seq_length only; of an import, or a run continued from one, the positions' history is not known.
+    positions = self.config.model.max_position_embeddings
+    trained_here = not self.config.init_checkpoint and (fileio.path(workdir) / metrics.FILE).exists()
+    self.limit = min(positions, self.config.data.max_seq_length) if trained_here else positions
     name = self.config.objective.name
     if objective.get(name).discriminator_head != 'rtd':
       raise DetectError(f'{workdir} was pre-trained with objective {name}, whose discriminator predicts masked '
@@ -71,13 +76,13 @@ class Detector:
 
   def __call__(self, text: str) -> list[dict]:
     """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the length the model was trained on
-    (data.max_seq_length: the positions beyond it had no gradient; an import records 128, or fewer positions)."""
+    (`limit`: a run trained here, data.max_seq_length, whose positions beyond had no gradient; else its positions)."""
     try:
       text.encode('utf-8')
     except UnicodeEncodeError:  # undecodable bytes in argv arrive as lone surrogates
       raise DetectError('the text is not UTF-8: convert it first (e.g. iconv -f latin1 -t utf-8)') from None
     ids, tokens = self.tokenizer.encode(text)
-    limit = min(self.config.model.max_position_embeddings, self.config.data.max_seq_length)
+    limit = self.limit
     if len(ids) > limit:  # keep [SEP] last, as the model saw in pre-training
       print(f'note: the text is {len(ids)} tokens with [CLS] and [SEP]; the model was trained on {limit}: only the '
             f'first {limit - 1} and [SEP] are shown', file=sys.stderr)

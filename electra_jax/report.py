@@ -111,8 +111,8 @@ def _duration(seconds: float) -> str:
 def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: int, step: int, train_steps: int,
                         seconds: float, checkpoint: str | None, detects: bool = True) -> str:
   """The lines a pre-training run ends with: its final metrics, steps and wall time, the newest checkpoint, and the
-  commands to run next with `workdir` filled in (fine-tune, convert, plot, and detect if the run `detects` replaced
-  tokens; resume if it stopped early)."""
+  commands to run next with `workdir` filled in (plot, fine-tune, and detect and convert if the run `detects`
+  replaced tokens: an MLM-headed run has no such head; resume if it stopped early)."""
   w = shlex.quote(str(workdir))
   shown = '  '.join(f'{k} {metrics[k]:.4g}' for k in SUMMARY_METRICS if k in metrics)
   finished = step >= train_steps
@@ -128,13 +128,12 @@ def pretraining_summary(workdir: str, metrics: dict[str, float], *, start_step: 
   if detects:
     lines.append(f'  python -m electra_jax.detect --checkpoint {w} "the chef ate the meal"   # replaced-token '
                  'probabilities')
-  lines += [
-      f'  python -m electra_jax.main --config=configs/finetune.py --config.task=TASK --config.init_checkpoint={w} '
-      f'--workdir={shlex.quote(str(workdir).rstrip("/") + "_TASK")}   # TASK: a GLUE name or a directory of '
-      'train/dev .tsv files',
-      f'  python -m electra_jax.convert --checkpoint {w} --to-hf {shlex.quote(str(workdir).rstrip("/") + "_hf")}'
-      '   # a Hugging Face model',
-  ]
+  lines.append(f'  python -m electra_jax.main --config=configs/finetune.py --config.task=TASK '
+               f'--config.init_checkpoint={w} --workdir={shlex.quote(str(workdir).rstrip("/") + "_TASK")}   # TASK: '
+               'a GLUE name or a directory of train/dev .tsv files')
+  if detects:
+    lines.append(f'  python -m electra_jax.convert --checkpoint {w} --to-hf '
+                 f'{shlex.quote(str(workdir).rstrip("/") + "_hf")}   # a Hugging Face model')
   return '\n'.join(lines)
 
 

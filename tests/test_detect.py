@@ -98,8 +98,12 @@ def test_text_is_cut_to_the_length_the_model_was_trained_on(own_run, tmp_path):
   values['data']['max_seq_length'] = 16  # of the 24 positions
   with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(values, f)
+  text = ' '.join(['the cat sat on the mat'] * 20)
+  assert len(detect.Detector(workdir)(text)) == 24  # no metrics.jsonl: an import (Google trained Base at 512)
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
+    f.write('{"step": 7, "loss": 1.0}\n')  # a run trained here
   detector = detect.Detector(workdir)
-  rows = detector(' '.join(['the cat sat on the mat'] * 20))
+  rows = detector(text)
   assert len(rows) == 16 and rows[-1]['token'] == '[SEP]'
   with pytest.raises(detect.DetectError, match='^the text is not UTF-8'):
     detector('caf\udce9')  # argv's b'caf\xe9' as Python decodes it: a TypeError from the tokenizer before

@@ -35,10 +35,11 @@ def test_summary_of_a_stopped_run_says_how_to_resume():
                                     checkpoint='/tmp/w/checkpoints/250')
   assert text.startswith('pre-training stopped at step 250 of 1000 (50 steps in 1 h 02 min 05 s with start-up)\n')
   assert 'final metrics' not in text and 'resume: run the same command again' in text
-  # An MLM run has no replaced-token head: no detect command (it suggested one that then failed).
+  # An MLM run has no replaced-token head: no detect or convert command (it suggested both, which then refused).
   mlm = report.pretraining_summary('/tmp/w', {}, start_step=0, step=9, train_steps=9, seconds=1, checkpoint=None,
                                    detects=False)
-  assert 'electra_jax.plot' in mlm and 'electra_jax.detect' not in mlm and 'electra_jax.convert' in mlm
+  assert 'electra_jax.plot' in mlm and 'finetune.py' in mlm
+  assert 'electra_jax.detect' not in mlm and 'electra_jax.convert' not in mlm  # convert refuses it too
 
 
 def _write_metrics(directory, records):
