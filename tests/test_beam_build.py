@@ -140,8 +140,19 @@ def test_a_failed_job_over_an_earlier_build_on_gcs_keeps_it(corpus_dir, corpus_t
   assert examples_lib.read_metadata(gcs_dir)['shards'] == first['shards'] and not (
       fileio.path(gcs_dir) / build.PARTIAL).exists()
   assert sorted(p.name for p in parent.iterdir()) == before  # no staging left beside it
+  # The job done, its move into place failing: the new build stays whole beside it, the output marked as a build
+  # in progress (both were deleted: the finished build with the failed move's staging).
+  with monkeypatch.context() as patch:
+    patch.setattr(beam_build.fileio, 'move', lambda *_: (_ for _ in ()).throw(OSError('network down')))
+    with pytest.raises(DataError, match=r'^the new build is whole in .*\.tmp\d+, but replacing .* failed'):
+      beam_build.build(source, corpus_tokenizer, gcs_dir, HOW, runner='DirectRunner', processes=1, overwrite=True,
+                       shard_bytes=SHARD_BYTES)
+  staged = [p for p in parent.iterdir() if p.name not in before]
+  assert len(staged) == 1 and examples_lib.read_metadata(str(staged[0]))['shards'] == first['shards']
+  assert (fileio.path(gcs_dir) / build.PARTIAL).exists() and not examples_lib.is_built(gcs_dir)
+  fileio.rmtree(staged[0])
   again = beam_build.build(source, corpus_tokenizer, gcs_dir, dataclasses.replace(HOW, seed=6), runner='DirectRunner',
-                           processes=1, overwrite=True, shard_bytes=SHARD_BYTES)
+                           processes=1, overwrite=True, shard_bytes=SHARD_BYTES)  # what --overwrite replaces
   assert examples_lib.read_metadata(gcs_dir) == again and again['shards'] != first['shards']
   assert sorted(p.name for p in parent.iterdir()) == before
 
@@ -153,9 +164,13 @@ def test_a_workers_data_error_is_one_line():
     with beam_build._pipeline_errors():  # pylint: disable=protected-access
       raise RuntimeError('Traceback (most recent call last):\n  ...\nelectra_jax.errors.DataError: x.txt is not valid '
                          'UTF-8\n')
-  with pytest.raises(OSError, match='disk full'):  # anything else as it was
+  with pytest.raises(DataError, match='^Apache Beam refused the pipeline.s options: Pipeline has validations '):
     with beam_build._pipeline_errors():  # pylint: disable=protected-access
-      raise OSError('disk full')
+      raise ValueError('Pipeline has validations errors:\nMissing required option: project.')
+  for error in (OSError('disk full'), ValueError('a worker: no such option')):  # anything else as it was
+    with pytest.raises(type(error), match=str(error)):
+      with beam_build._pipeline_errors():  # pylint: disable=protected-access
+        raise error
 
 
 def test_cli_runner_and_pipeline_options(corpus_dir, corpus_tokenizer, tmp_path, gcs_dir, capsys):

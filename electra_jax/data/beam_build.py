@@ -139,7 +139,7 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
     raise DataError(f'--runner={runner} runs on other machines: give the corpus and --output on gs:// (a local '
                     'path names a file on each worker, not this machine)')
   build_lib.check_output(output, overwrite, remote=True, sources=files)
-  with _pipeline_errors():
+  with _pipeline_errors(parsing=True):
     options = PipelineOptions(_runner_flags(runner, processes, pipeline_args))
     unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
   if unknown:  # Beam would log them and go on without them
@@ -147,6 +147,7 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
                     'check the spelling')
   started = time.time()
   replacing = remote and fileio.path(output).exists()  # an earlier build (check_output)
+  discard = replacing  # the build made beside it, unless it has replaced it (or could not: _swap)
   if remote:  # over an earlier build, built beside it and moved into place once complete: a failure keeps it
     parent, name = os.path.split(output.rstrip('/'))
     directory = f'{parent}/.{name}.tmp{os.getpid()}' if replacing else output
@@ -192,9 +193,8 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
     if remote:
       (fileio.path(directory) / build_lib.PARTIAL).unlink()
       if replacing:
-        (fileio.path(output) / examples_lib.METADATA).unlink(missing_ok=True)  # never read as whole, half deleted
-        fileio.rmtree(output)
-        fileio.move(directory, output)
+        discard = False  # from here on the new build is kept, whatever happens
+        _swap(directory, output, metadata)
     else:
       examples_lib.ArrayRecordExamples(directory)  # checks that every shard reads back with its count
       if os.path.exists(output):
@@ -203,15 +203,39 @@ def build(source, tokenizer: tokenizer_lib.Tokenizer, output: str, how: build_li
   finally:
     if not remote:
       shutil.rmtree(directory, ignore_errors=True)
-    elif replacing:
+    elif discard:  # a failed job over an earlier build: the earlier one stays
       fileio.rmtree(directory)
   return metadata
 
 
+def _swap(staged: str, output: str, metadata: dict):
+  """Replaces the earlier build `output` with the whole new one `staged` (gs://), its manifest last, so that
+  neither reads as a dataset half-written. If that fails, the new build stays whole where it was built and `output`
+  is marked as a build in progress (which --overwrite replaces); the DataError says so."""
+  try:
+    (fileio.path(output) / examples_lib.METADATA).unlink(missing_ok=True)
+    fileio.rmtree(output)
+    (fileio.path(staged) / examples_lib.METADATA).unlink()
+    fileio.move(staged, output)
+    examples_lib.write_metadata(output, metadata)
+  except BaseException as e:  # Ctrl-C too: say where the build is
+    with contextlib.suppress(Exception):
+      fileio.write_text(fileio.path(output) / build_lib.PARTIAL, 'a data build is writing here\n')
+      (fileio.path(output) / examples_lib.METADATA).unlink(missing_ok=True)
+    with contextlib.suppress(Exception):
+      if not examples_lib.is_built(staged):
+        examples_lib.write_metadata(staged, metadata)
+    why = fileio.describe(e) if isinstance(e, OSError) else type(e).__name__
+    raise DataError(f'the new build is whole in {staged}, but replacing {output} with it failed ({why}): move it '
+                    f'there (gcloud storage mv {staged} {output}, after removing {output}), or run the same command '
+                    'again') from None
+
+
 @contextlib.contextmanager
-def _pipeline_errors():
+def _pipeline_errors(parsing: bool = False):
   """A failed pipeline as one line: a worker's DataError (Beam wraps it in its own errors), or Beam's refusal of
-  its options (a ValueError, or argparse's exit after printing its usage)."""
+  its options: argparse's exit after printing its usage, its validator's ValueError when the pipeline starts, any
+  ValueError while `parsing` them."""
   try:
     yield
   except (DataError, KeyboardInterrupt):
@@ -221,7 +245,8 @@ def _pipeline_errors():
     worker = re.search(r'DataError: ([^\n]+)', text)
     if worker:
       raise DataError(worker.group(1)) from None
-    if isinstance(e, SystemExit) or isinstance(e, ValueError) and 'option' in text.lower():
+    if isinstance(e, SystemExit) or isinstance(e, ValueError) and (
+        parsing or text.startswith('Pipeline has validations errors')):
       raise DataError(f'Apache Beam refused the pipeline\'s options: {" ".join(text.split())[:400]}') from None
     raise
 
