@@ -241,10 +241,10 @@ def main(argv):
         f'{r["first_step_seconds"]:.1f} s, peak memory {r["peak_gib"]:.2f} GiB', flush=True)
   if torch_line:
     print(torch_line, flush=True)
-    on_gpu = jax.default_backend() == 'gpu'
     # Both on this machine's CPU (its cores, however many devices XLA fakes on them), or each on one GPU.
-    if torch_result and (torch_result['device'] != 'cpu') != on_gpu or on_gpu and jax.device_count() > 1:
-      print(f'no jax/torch ratio: torch ran on {torch_result["device"] if torch_result else "?"}, jax on '
+    on_cpu, on_gpu = (jax.default_backend() == platform for platform in ('cpu', 'gpu'))
+    if torch_result and not (on_cpu if torch_result['device'] == 'cpu' else on_gpu and jax.device_count() == 1):
+      print(f'no jax/torch ratio: torch ran on {torch_result["device"]}, jax on '
             f'{jax.device_count()} x {jax.devices()[0].device_kind}', flush=True)
     elif torch_result:
       r['torch_step_seconds'] = torch_result['seconds']

@@ -32,7 +32,9 @@ UNIGRAM, BPE = 1, 2
 CONTROL, USER_DEFINED = 3, 4
 # A capital sigma that ends a word, as Unicode's Final_Sigma context defines it: Python's str.lower(), which our
 # SentencePiece tokenizers lower-case with, makes it 'ς'; the `tokenizers` Lowercase maps characters alone ('σ').
-FINAL_SIGMA = r'(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})'
+# (Cased letters that are also case-ignorable, such as U+02B0 'ʰ', count as case-ignorable, as CPython reads the rule.)
+FINAL_SIGMA = (r'(?<=[\p{Cased}&&\P{Case_Ignorable}]\p{Case_Ignorable}*)Σ'
+               r'(?!\p{Case_Ignorable}*[\p{Cased}&&\P{Case_Ignorable}])')
 
 
 def _sentencepiece(tokenizer: SentencePieceTokenizer) -> tokenizers.Tokenizer:

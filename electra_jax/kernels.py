@@ -317,7 +317,8 @@ class Timed:
 
 _SKIP = ('ThreadpoolListener', 'ThunkExecutor', 'SlinkyThreadPool', 'end: ')
 # A GPU plane's lines derived from its streams' kernels.
-_DERIVED = ('XLA Modules', 'XLA Ops', 'Steps', 'Framework', 'Source', 'Launch', 'TensorFlow', 'XLA TraceMe')
+_DERIVED = ('XLA Modules', 'XLA Ops', 'Async XLA Ops', 'Host Offload Ops', 'Steps', 'Framework', 'Source', 'Launch',
+            'TensorFlow', 'XLA TraceMe')
 
 
 def _stats(event) -> dict:

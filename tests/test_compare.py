@@ -494,6 +494,12 @@ def test_precompile_waits_for_a_frozen_generator_to_be_trained(tmp_path, monkeyp
            compare.Plan('frozen', ml_collections.ConfigDict({'objective': frozen}), 1e9, (8,))]
   compare._precompile(config, plans, {}, tmp_path)  # pylint: disable=protected-access
   assert prepared == ['mlm']
+  monkeypatch.setattr(compare, '_saved_steps', lambda w: {1000} if w.endswith('my_mlm') else set())
+  outside = dict(frozen, generator_checkpoint='/runs/my_mlm', generator_step=0)  # another run's latest
+  plans[1] = compare.Plan('frozen', ml_collections.ConfigDict({'objective': outside}), 1e9, (8,))
+  prepared.clear()
+  compare._precompile(config, plans, {}, tmp_path)  # pylint: disable=protected-access
+  assert prepared == ['mlm', 'frozen']
 
 
 def test_the_plot_of_one_budget_shows_each_run_at_it(tmp_path):

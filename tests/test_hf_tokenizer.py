@@ -5,6 +5,7 @@ import random
 import pytest
 
 transformers = pytest.importorskip('transformers')
+import tokenizers  # noqa: E402  (transformers' dependency)
 
 from electra_jax import convert, hf_tokenizer  # noqa: E402
 from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402
@@ -72,6 +73,12 @@ def test_uncased_export_lowercases_a_final_sigma_as_we_do(tmp_path, kind):
   texts = ['ΣΟΦΟΣ', 'ΤΕΛΟΣ, ΛΟΓΟΣ.', "ΑΣ'Β", 'Α.Σ', 'ΑΣ.Β', 'Σ ΣΑΣ', 'ΟΔΥΣΣΕΥΣ ΚΑΙ ΕΣΥ', 'ΟΣ\u0301 ΣΟΦΟΣ']
   assert 'ς' in ''.join(t.lower() for t in texts)
   assert theirs(texts)['input_ids'] == [our_ids(ours, t)[0] for t in texts]
+  # The lower-casing alone, on strings of letters that are cased, case-ignorable or both (U+02B0, U+0345).
+  lower = tokenizers.normalizers.Sequence([tokenizers.normalizers.Replace(
+      tokenizers.Regex(hf_tokenizer.FINAL_SIGMA), 'ς'), tokenizers.normalizers.Lowercase()])
+  rng = random.Random(0)
+  for text in (''.join(rng.choice('aΣʰ:\u0345\' Β.\u03011') for _ in range(rng.randint(1, 6))) for _ in range(3000)):
+    assert lower.normalize_str(text) == text.lower(), text
 
 
 @pytest.mark.slow

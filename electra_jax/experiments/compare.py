@@ -267,9 +267,7 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
   (the first run trains the shared tokenizer, the rest find it cached); the corpus is packed while they compile
   (the first run's wait)."""
   pending = [p for p in plans if not pretrained(p, os.fspath(workdir / 'pretrain' / p.name), stop_step(config, p))]
-  # A frozen generator's run (electra_frozen) is prepared from its generator's checkpoint: once that is trained.
-  pending = [p for p in pending if not p.config.objective.get('generator_checkpoint') or p.config.objective.get(
-      'generator_step') in _saved_steps(p.config.objective.generator_checkpoint)]
+  pending = [p for p in pending if _generator_ready(p.config.objective)]
   if not pending:
     return
   waits = [(p.name, trainer.precompile(p.config, os.fspath(workdir / 'pretrain' / p.name))) for p in pending]
@@ -278,6 +276,16 @@ def _precompile(config, plans: list[Plan], task_names: dict[str, str], workdir):
             for name, task in task_names.items()]
   for name, wait in waits:
     print(f'{name}: ' + '; '.join(wait()), file=sys.stderr)
+
+
+def _generator_ready(objective_config) -> bool:
+  """Whether a run's frozen generator (electra_frozen: its generator_checkpoint at generator_step, 0 the latest)
+  has its checkpoint: the run is prepared from it. True for every other objective."""
+  source = objective_config.get('generator_checkpoint')
+  if not source:
+    return True
+  steps = _saved_steps(source)
+  return bool(steps) and (not objective_config.get('generator_step') or objective_config.generator_step in steps)
 
 
 def _saved_steps(workdir: str) -> set[int]:
