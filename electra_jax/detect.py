@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import cli, data, fileio, metrics, objective, pretrained
+from electra_jax import cli, data, fileio, objective, pretrained
 from electra_jax.config import ModelConfig
 from electra_jax.model import Electra
 
@@ -63,11 +63,7 @@ class Detector:
                         'give the workdir of a pre-training run or of an import (python -m electra_jax.convert)')
     self.tokenizer = WorkdirTokenizer(workdir)  # fails fast
     self.config, self.params = pretrained.load_params(workdir, step)
-    # A run trained here from scratch (its metrics.jsonl, no init_checkpoint) trained positions up to
-    # data.max_seq_length only; of an import, or a run continued from one, the positions' history is not known.
-    positions = self.config.model.max_position_embeddings
-    trained_here = not self.config.init_checkpoint and (fileio.path(workdir) / metrics.FILE).exists()
-    self.limit = min(positions, self.config.data.max_seq_length) if trained_here else positions
+    self.limit = pretrained.trained_length(workdir, self.config)
     name = self.config.objective.name
     if objective.get(name).discriminator_head != 'rtd':
       raise DetectError(f'{workdir} was pre-trained with objective {name}, whose discriminator predicts masked '
@@ -76,7 +72,7 @@ class Detector:
 
   def __call__(self, text: str) -> list[dict]:
     """[{'token': str, 'p_replaced': float}] for [CLS] text [SEP], cut to the length the model was trained on
-    (`limit`: a run trained here, data.max_seq_length, whose positions beyond had no gradient; else its positions)."""
+    (`pretrained.trained_length`: positions beyond it may have had no gradient)."""
     try:
       text.encode('utf-8')
     except UnicodeEncodeError:  # undecodable bytes in argv arrive as lone surrogates

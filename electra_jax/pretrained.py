@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax import config as config_lib
-from electra_jax import checkpoint, config_files, objective
+from electra_jax import checkpoint, config_files, fileio, metrics, objective
 from electra_jax.checkpoint import Checkpointer
 from electra_jax.errors import CheckpointError
 from electra_jax.model import Electra, unstack_layers
@@ -23,6 +23,17 @@ def abstract_params(model: Electra, sharding=None):
   ids = jnp.zeros((1, 1), jnp.int32)
   shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids, ids, ids, ids)['params']))
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+
+
+def trained_length(workdir: str, config: config_lib.TrainConfig) -> int:
+  """The longest sequence the model of WORKDIR (its config `config`) is known to have been trained on: a run
+  trained here from scratch (its metrics.jsonl, no init_checkpoint) trained positions up to data.max_seq_length
+  only, those beyond had no gradient; an import (whatever Google trained at) or a run continued from one, all its
+  positions."""
+  positions = config.model.max_position_embeddings
+  if config.init_checkpoint or not (fileio.path(workdir) / metrics.FILE).exists():
+    return positions
+  return min(positions, config.data.max_seq_length)
 
 
 def load_params(workdir: str, step: int | None = None) -> tuple[config_lib.TrainConfig, dict]:
