@@ -14,6 +14,7 @@ inside a `while` loop launch once per iteration.
 import collections
 import dataclasses
 import math
+import os
 import re
 
 GROUPS = ('masking', 'sampling', 'model', 'dropout', 'loss', 'optimizer', 'other')
@@ -34,7 +35,7 @@ def group(op_name: str) -> str:
     return 'sampling'
   if 'masking' in op_name:
     return 'masking'
-  if re.search(r'/Dropout_\d+/|/dropout/|\.tower_keep/', op_name):  # a layer's, the embeddings', a tower's masks
+  if re.search(r'(/Dropout_\d+|/dropout|\.tower_keep)(/|$)', op_name):  # a layer's, the embeddings', a tower's masks
     return 'dropout'
   if re.search(r'Electra\.|/(generator|discriminator|embeddings)[/.]', op_name):
     return 'model'
@@ -71,6 +72,13 @@ class Module:
     called = re.search(r'calls=%?([\w.\-]+)', self.lines.get(name, ''))
     params, lines = self.computations.get(called.group(1), ('', [])) if called else ('', [])
     return params + '\n' + '\n'.join(lines) if lines else ''
+
+  def origin(self, name: str) -> str:
+    """The jax op_name instruction `name` came from: its line's, else (a fusion whose line names none: a pad, a
+    cumulative sum's reduce-window) the longest path the op_names inside its fused computation share."""
+    own = _op_name(self.lines.get(name, ''))
+    inside = [op.split('/') for line in ([] if own else self.fused(name).splitlines()) if (op := _op_name(line))]
+    return own or '/'.join(os.path.commonprefix(inside))
 
 
 def _op_name(line: str) -> str:
@@ -130,7 +138,7 @@ def parse(hlo: str | Module) -> list[Instruction]:
       if not m:
         continue
       inst, shape, opcode = m.groups()
-      op_name = _op_name(line)
+      op_name = module.origin(inst)
       if opcode == 'while':
         trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
         n = int(trips.group(1)) if trips else 1
@@ -302,7 +310,7 @@ def summary(instructions: list[Instruction]) -> str:
 def where(hlo: str | Module) -> dict[str, str]:
   """{instruction name: the jax op_name it came from} for every instruction of a compiled HLO text."""
   module = read(hlo) if isinstance(hlo, str) else hlo
-  return {name: op for name, line in module.lines.items() if (op := _op_name(line))}
+  return {name: op for name in module.lines if (op := module.origin(name))}
 
 
 @dataclasses.dataclass(frozen=True)

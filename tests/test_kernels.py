@@ -193,6 +193,31 @@ ENTRY %main (a: f32[4,8]) -> f32[1,8] {
 """
 
 
+# A fusion whose own line names no jax operation (a cumulative sum's reduce-window, as XLA:GPU leaves some).
+CUMSUM_HLO = """HloModule m, entry_computation_layout={()->()}
+
+%fused_cumsum (p0: f32[8]) -> f32[8] {
+  %p0 = f32[8]{0} parameter(0)
+  %c = f32[] constant(0)
+  %r = f32[8]{0} reduce-window(%p0, %c), window={size=8 pad=7_0}, to_apply=%add, metadata={op_name="jit(train_step)/sampling/vmap()/cumsum/reduce_window"}
+  ROOT %n = f32[8]{0} negate(%r), metadata={op_name="jit(train_step)/sampling/vmap()/neg"}
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  ROOT %input_reduce_window_fusion = f32[8]{0} fusion(%a), kind=kLoop, calls=%fused_cumsum
+}
+"""
+
+
+def test_a_fusion_that_names_no_operation_takes_what_its_body_shares():
+  """Such fusions (pads, reduce-windows: ~3% of Small's least time) went to 'other'; the instructions they fuse
+  carry op_names, whose shared path is where the kernel comes from."""
+  (fusion,) = kernels.parse(CUMSUM_HLO)
+  assert fusion.op_name == 'jit(train_step)/sampling/vmap()' and kernels.group(fusion.op_name) == 'sampling'
+  assert kernels.where(CUMSUM_HLO)['input_reduce_window_fusion'] == 'jit(train_step)/sampling/vmap()'
+
+
 def test_an_async_fusion_is_one_kernel_of_its_slice_and_result():
   """One launch, not two; it moves the row it slices (32 bytes) and the row it writes (32), not its result tuple's
   copy of the operand (128 more)."""
