@@ -566,8 +566,8 @@ def export_hf(workdir: str, out: str, *, step: int | None = None) -> list[str]:
       raise ConversionError(f'{fileio.path(out) / what} already exists: give a new --to-hf directory, or remove it')
   config = config_files.load_config(workdir)  # refused on its settings before the checkpoint is read
   trained = objective.get(config.objective.name)
-  if trained.discriminator_head != 'rtd':  # ElectraForPreTraining would load without its head and draw one
-    exportable = [name for name, o in objective.OBJECTIVES.items() if o.discriminator_head == 'rtd']
+  if not trained.detects_replaced:  # ElectraForPreTraining would load without its head and draw one
+    exportable = [name for name, o in objective.OBJECTIVES.items() if o.detects_replaced]
     raise ConversionError(
         f'{workdir} was pre-trained with objective.name={config.objective.name!r}, whose discriminator-sized model '
         'has an MLM head, not the replaced-token detection head of ElectraForPreTraining: the export takes runs of '

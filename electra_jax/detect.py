@@ -65,7 +65,7 @@ class Detector:
     self.config, self.params = pretrained.load_params(workdir, step)
     self.limit = pretrained.trained_length(workdir, self.config)
     name = self.config.objective.name
-    if objective.get(name).discriminator_head != 'rtd':
+    if not objective.get(name).detects_replaced:
       raise DetectError(f'{workdir} was pre-trained with objective {name}, whose discriminator predicts masked '
                         'words, not replaced ones: detect needs a replaced-token detection run (objective electra, '
                         'its default)')

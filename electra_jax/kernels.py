@@ -217,7 +217,7 @@ def graphs(hlo: str | Module, min_size: int = 5, loops: bool = False, unroll: bo
       continue
     close()
     alone += kind != 'while'
-    breakers[kind.removeprefix('custom-call '), group(_op_name(line))] += 1
+    breakers[kind.removeprefix('custom-call '), group(module.origin(_INSTRUCTION.match(line).group(1)))] += 1
   close()
   return Graphs(tuple(sizes), alone, breakers)
 

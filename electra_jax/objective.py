@@ -549,9 +549,14 @@ class Objective:
   # discriminator alone (what fine-tuning reads), is copied into the state at step 0 and never updated.
   frozen_generator: bool = False
 
+  @property
+  def detects_replaced(self) -> bool:
+    """Whether its discriminator has the replaced-token detection head (what detect and the HF export read)."""
+    return self.discriminator_head == 'rtd'
+
   def model(self, config: ModelConfig) -> Electra:
     """The model this objective trains, as its checkpoints hold it for fine-tuning."""
-    if config.tying == 'gdes' and not (self.with_generator and self.discriminator_head == 'rtd'):
+    if config.tying == 'gdes' and not (self.with_generator and self.detects_replaced):
       raise ConfigError('model.tying=gdes disentangles the generator\'s embeddings from the replaced-token '
                         'detector\'s: it needs an objective with both (electra, electra_15, electra_adversarial)')
     return Electra(config, with_generator=self.with_generator, discriminator_head=self.discriminator_head,

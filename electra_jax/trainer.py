@@ -155,7 +155,7 @@ def train(config, workdir: str, *, stop_after: int | None = None) -> dict[str, f
     profiler.close()  # last: a failed upload of the trace (gs://) must not leave a checkpoint unwritten
   report.print_pretraining_summary(workdir, log.last, start_step=start, step=step, train_steps=c.train_steps,
                                    seconds=time.time() - started, checkpoint=checkpointer.directory / str(step),
-                                   detects=objective.get(c.objective.name).discriminator_head == 'rtd')
+                                   detects=objective.get(c.objective.name).detects_replaced)
   return log.last
 
 
